@@ -1,0 +1,139 @@
+"""The pointwise op table: for every SSA op, its arity, its OpenCL C text and its PyTorch meaning.
+
+C templates use {a}, {b}, {c} for operands and {T} for the C type of the result. A template may differ for
+floating and integer results ("f" / "i" keys). The torch column is the reference semantics: the program
+interpreter (fallback path and tests) uses it, so a kernel and its fallback mean the same thing.
+
+NaN rules follow PyTorch, not C: maximum/minimum/clamp/relu propagate NaN, so they are not fmax/fmin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+C_TYPES = {"bool": "uchar", "int32": "int", "int64": "long", "float32": "float", "float64": "double"}
+TORCH_DTYPES = {
+    "bool": torch.bool,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    arity: int
+    c: dict  # "f" / "i" -> template
+    torch_fn: Callable
+    float_only: bool = False  # the op is only defined for floating results
+
+
+def _op(arity, c, torch_fn, float_only=False):
+    templates = c if isinstance(c, dict) else {"f": c, "i": c}
+    return OpDef(arity, templates, torch_fn, float_only)
+
+
+def _pow(x, e):
+    return torch.pow(x, e)
+
+
+OPS: dict[str, OpDef] = {
+    "add": _op(2, "({a} + {b})", torch.add),
+    "sub": _op(2, "({a} - {b})", torch.sub),
+    "mul": _op(2, "({a} * {b})", torch.mul),
+    "div": _op(2, "({a} / {b})", torch.div, float_only=True),
+    "neg": _op(1, "(-{a})", torch.neg),
+    "abs": _op(1, {"f": "fabs({a})", "i": "(({a}) < 0 ? -({a}) : ({a}))"}, torch.abs),
+    "relu": _op(1, "(({a}) < ({T})0 ? ({T})0 : ({a}))", torch.relu),
+    "sigmoid": _op(1, "(({T})1 / (({T})1 + exp(-({a}))))", torch.sigmoid, True),
+    "silu": _op(1, "(({a}) / (({T})1 + exp(-({a}))))", F.silu, True),
+    "gelu": _op(1, "tf_gelu_erf_{T}({a})", F.gelu, True),
+    "gelu_tanh": _op(1, "tf_gelu_tanh_{T}({a})", lambda x: F.gelu(x, approximate="tanh"), True),
+    "tanh": _op(1, "tanh({a})", torch.tanh, True),
+    "exp": _op(1, "exp({a})", torch.exp, True),
+    "log": _op(1, "log({a})", torch.log, True),
+    "log1p": _op(1, "log1p({a})", torch.log1p, True),
+    "expm1": _op(1, "expm1({a})", torch.expm1, True),
+    "sqrt": _op(1, "sqrt({a})", torch.sqrt, True),
+    "rsqrt": _op(1, "rsqrt({a})", torch.rsqrt, True),
+    "reciprocal": _op(1, "(({T})1 / ({a}))", torch.reciprocal, True),
+    "erf": _op(1, "tf_erf_{T}({a})", torch.erf, True),
+    "sin": _op(1, "sin({a})", torch.sin, True),
+    "cos": _op(1, "cos({a})", torch.cos, True),
+    "floor": _op(1, "floor({a})", torch.floor, True),
+    "ceil": _op(1, "ceil({a})", torch.ceil, True),
+    "round": _op(1, "rint({a})", torch.round, True),
+    "pow": _op(2, "pow({a}, {b})", _pow, True),
+    "maximum": _op(
+        2, {"f": "tf_maximum_{T}({a}, {b})", "i": "max({a}, {b})"}, torch.maximum
+    ),
+    "minimum": _op(
+        2, {"f": "tf_minimum_{T}({a}, {b})", "i": "min({a}, {b})"}, torch.minimum
+    ),
+    "where": _op(3, "(({a}) ? ({b}) : ({c}))", torch.where),
+    "eq": _op(2, "({a} == {b})", torch.eq),
+    "ne": _op(2, "({a} != {b})", torch.ne),
+    "lt": _op(2, "({a} < {b})", torch.lt),
+    "le": _op(2, "({a} <= {b})", torch.le),
+    "gt": _op(2, "({a} > {b})", torch.gt),
+    "ge": _op(2, "({a} >= {b})", torch.ge),
+    "logical_not": _op(1, "(!({a}))", torch.logical_not),
+    "logical_and": _op(2, "(({a}) && ({b}))", torch.logical_and),
+    "logical_or": _op(2, "(({a}) || ({b}))", torch.logical_or),
+    "cast": _op(1, "(({T})({a}))", None),  # interpreted by dtype, see program_interpreter
+}
+
+# Helpers referenced by the templates, emitted once per kernel for the C types it uses.
+# erf: the rational approximation used by Eigen/XLA (accurate to float32); PoCL's erf is very slow.
+HELPERS_C = {
+    "float": """
+inline float tf_maximum_float(float a, float b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
+inline float tf_minimum_float(float a, float b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
+inline float tf_erf_float(float x) {
+  float xc = clamp(x, -4.0f, 4.0f);
+  float x2 = xc * xc;
+  float p = -2.72614225801306e-10f;
+  p = mad(x2, p, 2.77068142495902e-08f); p = mad(x2, p, -2.10102402082508e-06f);
+  p = mad(x2, p, -5.69250639462346e-05f); p = mad(x2, p, -7.34990630326855e-04f);
+  p = mad(x2, p, -2.95459980854025e-03f); p = mad(x2, p, -1.60960333262415e-02f);
+  float q = -1.45660718464996e-05f;
+  q = mad(x2, q, -2.13374055278905e-04f); q = mad(x2, q, -1.68282697438203e-03f);
+  q = mad(x2, q, -7.37332916720468e-03f); q = mad(x2, q, -1.42647390514189e-02f);
+  return isnan(x) ? x : xc * p / q;
+}
+inline float tf_gelu_erf_float(float x) { return 0.5f * x * (1.0f + tf_erf_float(x * 0x1.6a09e6p-1f)); }
+inline float tf_gelu_tanh_float(float x) {
+  return 0.5f * x * (1.0f + tanh(0x1.988454p-1f * (x + 0.044715f * x * x * x)));
+}
+""",
+    "double": """
+inline double tf_maximum_double(double a, double b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
+inline double tf_minimum_double(double a, double b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
+inline double tf_erf_double(double x) { return erf(x); }
+inline double tf_gelu_erf_double(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
+inline double tf_gelu_tanh_double(double x) {
+  return 0.5 * x * (1.0 + tanh(M_SQRT2 * M_2_SQRTPI * 0.5 * (x + 0.044715 * x * x * x)));
+}
+""",
+}
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in ("float32", "float64")
+
+
+def c_expression(op: str, operands: list[str], dtype: str) -> str:
+    """The C expression for one instruction, operands already spelled as C."""
+    definition = OPS[op]
+    template = definition.c["f" if is_float(dtype) else "i"]
+    names = dict(zip("abc", operands))
+    c_type = C_TYPES[dtype]
+    if op == "cast" and dtype == "bool":
+        return f"((uchar)(({operands[0]}) != 0))"
+    return template.format(T=c_type, **names)

@@ -1,0 +1,198 @@
+"""The SSA pointwise program: the one IR that fused pointwise kernels and GEMM epilogues share.
+
+A program is a straight-line list of instructions over scalars. Values 0..n_inputs-1 are the inputs (one
+element of each input tensor, already broadcast); every instruction defines the next value. Operand types
+are explicit: whoever builds a program inserts ``cast`` instructions so that every operand of an
+arithmetic op already has the op's dtype, and both operands of a comparison share one dtype.
+
+Everything is frozen and hashable, so a program is part of a kernel spec and of its cache key. Float
+constants are kept as Python floats and printed as hex floats (``0x1.999999999999ap-4``), INFINITY or
+NAN: never rounded text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+DTYPES = ("bool", "int32", "int64", "float32", "float64")
+FLOAT_DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class Const:
+    """A scalar constant operand with the dtype it is used at."""
+
+    value: float | int | bool
+    dtype: str
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unsupported constant dtype {self.dtype!r}")
+
+    def exact_text(self) -> str:
+        """Exact, round-trippable spelling: hex for floats, INFINITY/NAN for the specials."""
+        if self.dtype == "bool":
+            return "1" if self.value else "0"
+        if self.dtype not in FLOAT_DTYPES:
+            return str(int(self.value))
+        v = float(self.value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "-INFINITY"
+        return v.hex()
+
+
+@dataclass(frozen=True)
+class Instr:
+    op: str
+    args: tuple  # of int (value ids) and Const
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Program:
+    input_dtypes: tuple[str, ...]
+    instrs: tuple[Instr, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.input_dtypes)
+
+    def dtype_of(self, value: int) -> str:
+        if value < self.n_inputs:
+            return self.input_dtypes[value]
+        return self.instrs[value - self.n_inputs].dtype
+
+    @property
+    def output_dtypes(self) -> tuple[str, ...]:
+        return tuple(self.dtype_of(v) for v in self.outputs)
+
+    def text(self) -> str:
+        """One line per instruction; `parse_program` reads it back exactly."""
+        lines = [f"in {', '.join(f'v{i}:{d}' for i, d in enumerate(self.input_dtypes))}"]
+        for i, ins in enumerate(self.instrs, start=self.n_inputs):
+            args = ", ".join(_arg_text(a) for a in ins.args)
+            lines.append(f"v{i}:{ins.dtype} = {ins.op}({args})")
+        lines.append(f"out {', '.join(f'v{v}' for v in self.outputs)}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+
+def _arg_text(arg) -> str:
+    if isinstance(arg, Const):
+        return f"{arg.exact_text()}:{arg.dtype}"
+    return f"v{arg}"
+
+
+class ProgramBuilder:
+    """Appends instructions; hands out value ids; deduplicates identical instructions (CSE)."""
+
+    def __init__(self, input_dtypes=()):
+        self.input_dtypes = list(input_dtypes)
+        self.instrs: list[Instr] = []
+        self._seen: dict[Instr, int] = {}
+
+    def add_input(self, dtype: str) -> int:
+        if self.instrs:
+            raise RuntimeError("inputs must be added before instructions")
+        self.input_dtypes.append(dtype)
+        return len(self.input_dtypes) - 1
+
+    def dtype_of(self, value) -> str:
+        if isinstance(value, Const):
+            return value.dtype
+        if value < len(self.input_dtypes):
+            return self.input_dtypes[value]
+        return self.instrs[value - len(self.input_dtypes)].dtype
+
+    def emit(self, op: str, args, dtype: str) -> int:
+        ins = Instr(op, tuple(args), dtype)
+        if ins in self._seen:
+            return self._seen[ins]
+        self.instrs.append(ins)
+        vid = len(self.input_dtypes) + len(self.instrs) - 1
+        self._seen[ins] = vid
+        return vid
+
+    def cast(self, value, dtype: str):
+        if self.dtype_of(value) == dtype:
+            return value
+        if isinstance(value, Const):
+            return Const(_convert_scalar(value.value, dtype), dtype)
+        return self.emit("cast", (value,), dtype)
+
+    def build(self, outputs) -> Program:
+        return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs))
+
+
+def _convert_scalar(value, dtype: str):
+    if dtype == "bool":
+        return bool(value)
+    if dtype in FLOAT_DTYPES:
+        return float(value)
+    return int(value)
+
+
+_LINE = re.compile(r"v(\d+):(\w+) = (\w+)\((.*)\)$")
+
+
+def parse_program(text: str) -> Program:
+    """Read the text form written by `Program.text` (also the manual `torchfuser::pointwise` syntax)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) < 2 or not lines[0].startswith("in ") or not lines[-1].startswith("out "):
+        raise ValueError("a program starts with 'in v0:float32, ...' and ends with 'out vN, ...'")
+    inputs = []
+    for i, item in enumerate(lines[0][3:].split(",")):
+        name, _, dtype = item.strip().partition(":")
+        if name != f"v{i}" or dtype not in DTYPES:
+            raise ValueError(f"bad input declaration {item.strip()!r}: expected v{i}:<dtype>")
+        inputs.append(dtype)
+    builder = ProgramBuilder(inputs)
+    for line in lines[1:-1]:
+        m = _LINE.match(line)
+        if not m:
+            raise ValueError(f"cannot parse program line {line!r}")
+        vid, dtype, op, args = int(m.group(1)), m.group(2), m.group(3), m.group(4)
+        if vid != len(builder.input_dtypes) + len(builder.instrs):
+            raise ValueError(f"values must be numbered in order; got v{vid} in {line!r}")
+        builder.instrs.append(Instr(op, tuple(_parse_arg(a.strip()) for a in args.split(",") if a.strip()), dtype))
+    outputs = tuple(int(v.strip()[1:]) for v in lines[-1][4:].split(","))
+    program = builder.build(outputs)
+    validate_program(program)
+    return program
+
+
+def _parse_arg(text: str):
+    if text.startswith("v") and text[1:].isdigit():
+        return int(text[1:])
+    literal, _, dtype = text.rpartition(":")
+    specials = {"INFINITY": math.inf, "-INFINITY": -math.inf, "NAN": math.nan}
+    if dtype in FLOAT_DTYPES:
+        value = specials[literal] if literal in specials else float.fromhex(literal)
+    else:
+        value = int(literal)
+    return Const(_convert_scalar(value, dtype), dtype)
+
+
+def validate_program(program: Program) -> None:
+    """Checks ids, dtypes and op names; raises ValueError naming the first problem."""
+    from torchfuser.codegen.pointwise_ops import OPS  # the op table is the list of known ops
+
+    for i, ins in enumerate(program.instrs, start=program.n_inputs):
+        if ins.op not in OPS:
+            raise ValueError(f"v{i}: unknown op {ins.op!r}; known: {', '.join(sorted(OPS))}")
+        if ins.dtype not in DTYPES:
+            raise ValueError(f"v{i}: unsupported dtype {ins.dtype!r}")
+        if len(ins.args) != OPS[ins.op].arity:
+            raise ValueError(f"v{i}: {ins.op} takes {OPS[ins.op].arity} operands, got {len(ins.args)}")
+        for a in ins.args:
+            if not isinstance(a, Const) and not 0 <= a < i:
+                raise ValueError(f"v{i}: operand v{a} is not defined before use")
+    for v in program.outputs:
+        if not 0 <= v < program.n_inputs + len(program.instrs):
+            raise ValueError(f"output v{v} is not defined")

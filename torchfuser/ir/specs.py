@@ -1,0 +1,91 @@
+"""Kernel specs: frozen dataclasses that say exactly which kernel to generate.
+
+A spec holds everything the generated source depends on and nothing else (sizes and strides are kernel
+arguments, so one kernel serves many shapes). `key_text()` is the exact text the cache key hashes; float
+constants appear in it as hex floats through `Program.text()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from torchfuser.ir.program import Program
+
+# Per-input layouts of a pointwise launch, after permuting to the output's memory order and collapsing dims.
+CONTIGUOUS = "contig"  # element i of the iteration space is element i of the input
+SCALAR = "scalar"  # one element broadcast everywhere
+STRIDED = "strided"  # general strides over the collapsed dims
+LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED)
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class PointwiseSpec:
+    program: Program
+    layouts: tuple[str, ...]  # one per program input
+    ndim: int  # dims of the collapsed iteration space (strided inputs index with it)
+    index_type: str = "int"  # "int" or "long": long when sizes or offsets need 64 bits
+    items_per_thread: int = 16
+
+    kind = "pointwise"
+
+    def __post_init__(self):
+        if len(self.layouts) != self.program.n_inputs:
+            raise ValueError("one layout per program input")
+        if any(layout not in LAYOUTS for layout in self.layouts):
+            raise ValueError(f"layouts must be among {LAYOUTS}")
+        if self.index_type not in ("int", "long"):
+            raise ValueError("index_type is 'int' or 'long'")
+
+    def key_text(self) -> str:
+        return (
+            f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
+            f"items={self.items_per_thread}\n{self.program.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return f"tf_pointwise_{_short_hash(self.key_text())}"
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """C[M,N] = epilogue(A[M,K] @ B[K,N], extra...) with arbitrary strides on A, B and the extras.
+
+    The epilogue is an SSA program whose input 0 is the fp32 accumulator and whose further inputs are
+    extra tensors indexed at (m, n) through their own strides (0 for a broadcast dim, e.g. a bias).
+    """
+
+    dtype: str
+    epilogue: Program
+    index_type: str = "int"
+    tile_m: int = 4
+    tile_n: int = 8
+
+    kind = "gemm"
+
+    def __post_init__(self):
+        if self.dtype != "float32":
+            raise ValueError("the GEMM template supports float32")
+        if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
+            raise ValueError("epilogue input 0 is the accumulator")
+        if len(self.epilogue.outputs) != 1:
+            raise ValueError("a GEMM epilogue has exactly one output")
+
+    @property
+    def n_extra(self) -> int:
+        return self.epilogue.n_inputs - 1
+
+    def key_text(self) -> str:
+        return (
+            f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n}\n"
+            f"{self.epilogue.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return f"tf_gemm_{_short_hash(self.key_text())}"

@@ -1,0 +1,1 @@
+"""The OpenCL runtime: device, kernel cache, memory, and the plan executor."""

@@ -1,0 +1,149 @@
+"""OpenCL device selection: one context and one in-order, profiling queue per device.
+
+TORCHFUSER_DEVICE picks a device: "P:D" (platform and device index) or a substring of the device or
+platform name. Without it, the first GPU wins, else the first device. No OpenCL platform at all is not
+an error: `get_device()` returns None after one clear warning, and graphs then run in PyTorch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+
+logger = logging.getLogger("torchfuser")
+
+_devices: dict[str, "Device | None"] = {}
+_warned_no_opencl = False
+
+
+class DeviceSelectionError(ValueError):
+    """TORCHFUSER_DEVICE (or device=) names no available device."""
+
+
+@dataclass(eq=False)
+class Device:
+    cl_device: object
+    context: object
+    queue: object
+    index: str  # "P:D"
+
+    @property
+    def name(self) -> str:
+        return self.cl_device.name.strip()
+
+    @property
+    def platform(self) -> str:
+        return self.cl_device.platform.name.strip()
+
+    @property
+    def type_name(self) -> str:
+        import pyopencl as cl
+
+        kind = self.cl_device.type
+        if kind & cl.device_type.GPU:
+            return "GPU"
+        if kind & cl.device_type.CPU:
+            return "CPU"
+        return "ACCELERATOR"
+
+    @cached_property
+    def host_unified_memory(self) -> bool:
+        try:
+            return bool(self.cl_device.host_unified_memory)
+        except Exception:  # OpenCL 3.0 devices may not report it
+            return self.type_name == "CPU"
+
+    @cached_property
+    def zero_copy(self) -> bool:
+        """Buffers are views of torch's host memory (USE_HOST_PTR), never copied."""
+        if os.environ.get("TORCHFUSER_ZERO_COPY", "1") == "0":
+            return False
+        return self.host_unified_memory
+
+    @cached_property
+    def identity(self) -> str:
+        """What a built binary depends on: enters every cache key."""
+        d = self.cl_device
+        return f"{self.platform}|{self.name}|{d.driver_version}|{d.version}|{self.cl_device.platform.version}"
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "platform": self.platform,
+            "type": self.type_name,
+            "driver": self.cl_device.driver_version,
+            "index": self.index,
+            "host_unified_memory": self.host_unified_memory,
+            "zero_copy": self.zero_copy,
+        }
+
+
+def list_devices() -> list[tuple[str, object]]:
+    """[("P:D", cl.Device)] for every device of every platform; [] when there is no OpenCL."""
+    import pyopencl as cl
+
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return []
+    found = []
+    for p, platform in enumerate(platforms):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        found += [(f"{p}:{d}", device) for d, device in enumerate(devices)]
+    return found
+
+
+def _choose(devices, wanted: str | None):
+    if wanted:
+        for index, device in devices:
+            if index == wanted:
+                return index, device
+        needle = wanted.lower()
+        for index, device in devices:
+            if needle in device.name.lower() or needle in device.platform.name.lower():
+                return index, device
+        available = "; ".join(f"{i} {d.name.strip()} ({d.platform.name.strip()})" for i, d in devices)
+        raise DeviceSelectionError(
+            f"no OpenCL device matches {wanted!r}; available: {available or 'none'} "
+            "(give 'P:D' or part of a device or platform name)"
+        )
+    import pyopencl as cl
+
+    gpus = [(i, d) for i, d in devices if d.type & cl.device_type.GPU]
+    return (gpus or devices)[0]
+
+
+def get_device(wanted: str | None = None) -> Device | None:
+    """The Device for `wanted` (default: TORCHFUSER_DEVICE), created once; None without OpenCL."""
+    global _warned_no_opencl
+    wanted = wanted if wanted is not None else os.environ.get("TORCHFUSER_DEVICE") or None
+    key = wanted or ""
+    if key in _devices:
+        return _devices[key]
+    devices = list_devices()
+    if not devices:
+        if not _warned_no_opencl:
+            warnings.warn(
+                "torchfuser: no OpenCL platform found; compiled graphs will run in PyTorch. "
+                "Install an OpenCL driver (on Debian: apt-get install pocl-opencl-icd ocl-icd-libopencl1).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            _warned_no_opencl = True
+        _devices[key] = None
+        return None
+    import pyopencl as cl
+
+    index, cl_device = _choose(devices, wanted)
+    context = cl.Context([cl_device])
+    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    device = Device(cl_device, context, queue, index)
+    logger.info("torchfuser device %s: %s (%s)", index, device.name, device.platform)
+    _devices[key] = device
+    return device

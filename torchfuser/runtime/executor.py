@@ -1,0 +1,219 @@
+"""Runs a fused graph: the whole plan enqueued on one in-order queue, synchronised once per call.
+
+The plan is the graph's nodes in order, each a step: a kernel launch, a view (metadata only, no data
+read, so no sync), or a PyTorch fallback. A fallback that reads memory a pending kernel writes first
+synchronises; otherwise the queue is finished once, at the end. Tensors that enqueued kernels use stay
+referenced until that sync, so neither torch nor the arena can recycle memory a kernel still reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+
+import torch
+import torch.fx as fx
+
+from torchfuser.codegen import kernel_source
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
+from torchfuser.runtime.launch import FusedKernel
+from torchfuser.runtime.memory import CopyingBinder, HostArena, ZeroCopyBinder, storage_span
+
+logger = logging.getLogger("torchfuser")
+aten = torch.ops.aten
+
+# Ops that only make a new view of existing data: they read nothing, so they need no sync.
+VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.t.default, aten.permute.default,
+    aten.transpose.int, aten.expand.default, aten.slice.Tensor, aten.select.int, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.as_strided.default, aten.alias.default,
+    aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.unbind.int,
+}
+PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
+
+
+class Runtime:
+    """Per-device state shared by all compiled graphs: binder and host arena."""
+
+    _by_device: dict = {}
+
+    def __init__(self, device):
+        self.device = device
+        self.arena = HostArena()
+        self.binder = ZeroCopyBinder(device) if device.zero_copy else CopyingBinder(device)
+
+    @classmethod
+    def for_device(cls, device) -> "Runtime":
+        runtime = cls._by_device.get(device)
+        if runtime is None:
+            runtime = cls._by_device[device] = cls(device)
+        return runtime
+
+    def build(self, spec):
+        """(BuiltKernel, cache status); raises KernelBuildError."""
+        return KERNELS.get(self.device, spec.kernel_name, kernel_source(spec))
+
+
+class KernelStats:
+    def __init__(self):
+        self.launches = 0
+        self.profiled = 0
+        self.seconds = 0.0
+
+
+class _Call:
+    """State of one call: pending launches and what they keep alive."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.binding = runtime.binder.begin_call()
+        self.dirty: set[int] = set()
+        self.alive: list = []
+        self.events: list = []
+
+    def launch(self, target: FusedKernel, inputs, on_build=None):
+        launch = target.configure(inputs)
+        arena = self.runtime.arena
+        outs = [arena.empty_strided(*o) for o in launch.outputs]
+        if not launch.empty:
+            built = on_build(launch.spec) if on_build else self.runtime.build(launch.spec)[0]
+            in_buffers, offsets = [], []
+            for i, t in enumerate(inputs):
+                buffer = self.binding.bind(t)
+                if buffer is None:  # misaligned user memory: copy it once into aligned memory
+                    t = inputs[i] = arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(t)
+                    buffer = self.binding.bind(t)
+                in_buffers.append(buffer)
+                offsets.append(t.storage_offset())
+            out_buffers = [self.binding.output_buffer(o) for o in outs]
+            built.kernel.set_args(*launch.arguments(in_buffers, offsets, out_buffers))
+            import pyopencl as cl
+
+            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, built.kernel, launch.global_size, None)
+            self.events.append((launch.spec.kernel_name, event))
+            self.alive.append((inputs, in_buffers, out_buffers))
+            for o, buffer in zip(outs, out_buffers):
+                self.binding.wrote(o, buffer)
+                self.dirty.add(storage_span(o)[0])
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def reads_pending(self, tensors) -> bool:
+        return bool(self.dirty) and any(storage_span(t)[0] in self.dirty for t in tensors)
+
+    def sync(self) -> None:
+        self.binding.to_host()
+        self.dirty.clear()
+        self.alive.clear()
+
+
+def run_single(target: FusedKernel, inputs):
+    """One fused kernel on the default device, synchronised; PyTorch when there is no device."""
+    device = get_device()
+    if device is None:
+        return target.reference(*inputs)
+    call = _Call(Runtime.for_device(device))
+    try:
+        result = call.launch(target, list(inputs))
+    except KernelBuildError as error:
+        warnings.warn(f"torchfuser: {error}; running {target.__name__} in PyTorch", RuntimeWarning, stacklevel=2)
+        return target.reference(*inputs)
+    call.sync()
+    return result
+
+
+def _tensors_in(values):
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found += _tensors_in(v)
+    return found
+
+
+class Plan:
+    """The steps of one graph, with liveness so intermediates are dropped after their last use."""
+
+    def __init__(self, gm: fx.GraphModule, runtime: Runtime | None, fallback_nodes: dict[str, str]):
+        self.gm, self.runtime = gm, runtime
+        self.fallback_nodes = fallback_nodes  # fused node name -> why it runs in PyTorch
+        self.nodes = list(gm.graph.nodes)
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        last_use = {}
+        for i, node in enumerate(self.nodes):
+            for inp in node.all_input_nodes:
+                last_use[inp] = i
+        self.free_after = [[] for _ in self.nodes]
+        for node, i in last_use.items():
+            self.free_after[i].append(self.index[node])
+        self.placeholders = [self.index[n] for n in self.nodes if n.op == "placeholder"]
+        self.stats: dict[str, KernelStats] = {}
+        self.built: dict = {}  # spec -> BuiltKernel (skips the cache lookup on steady calls)
+        self.calls = 0
+
+    def kernel_for(self, spec):
+        built = self.built.get(spec)
+        if built is None:
+            built, _ = self.runtime.build(spec)
+            self.built[spec] = built
+        return built
+
+    def run(self, args):
+        env: list = [None] * len(self.nodes)
+        if len(args) != len(self.placeholders):
+            raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
+        for slot, value in zip(self.placeholders, args):
+            env[slot] = value
+        call = _Call(self.runtime) if self.runtime is not None else None
+        output = None
+        for i, node in enumerate(self.nodes):
+            if node.op == "call_function":
+                env[i] = self._step(node, env, call)
+            elif node.op == "get_attr":
+                env[i] = _fetch_attr(self.gm, node.target)
+            elif node.op == "output":
+                output = fx.node.map_arg(node.args[0], lambda n: env[self.index[n]])
+            for dead in self.free_after[i]:
+                env[dead] = None
+        if call is not None:
+            call.sync()
+            self._record(call)
+        self.calls += 1
+        return output
+
+    def _step(self, node, env, call):
+        args = fx.node.map_arg(node.args, lambda n: env[self.index[n]])
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: env[self.index[n]])
+        target = node.target
+        if isinstance(target, FusedKernel):
+            if call is None or node.name in self.fallback_nodes:
+                return target.reference(*args)
+            try:
+                return call.launch(target, list(args), self.kernel_for)
+            except KernelBuildError as error:  # a new input layout whose kernel does not build
+                self.fallback_nodes[node.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
+                warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch from now on", RuntimeWarning)
+                return target.reference(*args)
+        if target is operator.getitem or target in VIEW_OPS:
+            return target(*args, **kwargs)
+        if call is not None and call.reads_pending(_tensors_in(list(args) + list(kwargs.values()))):
+            call.sync()
+        return target(*args, **kwargs)
+
+    def _record(self, call: _Call) -> None:
+        profile = self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0
+        for name, event in call.events:
+            stats = self.stats.setdefault(name, KernelStats())
+            stats.launches += 1
+            if profile:
+                stats.profiled += 1
+                stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+def _fetch_attr(gm, target: str):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value

@@ -1,0 +1,208 @@
+"""Fused kernels as graph targets: what a fused FX node calls, and how it becomes an OpenCL launch.
+
+`PointwiseKernel` and `GemmKernel` are the `call_function` targets that the fusion passes put into the
+graph. Each knows (1) its reference meaning in PyTorch (the fallback path), and (2) `configure(inputs)`:
+from the inputs' shapes and strides (real or fake tensors), the frozen spec to build, the launch size,
+the scalar arguments and the output layouts. Configurations are memoised by input layout, so a steady
+call costs one dict lookup per launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
+from torchfuser.ir.interpret import run_program
+from torchfuser.ir.program import Program
+from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, GemmSpec, PointwiseSpec
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class Launch:
+    spec: object
+    global_size: tuple[int, ...]
+    outputs: list[tuple[tuple, tuple, torch.dtype]]  # (shape, stride, dtype) of each fresh output
+    scalars: list = field(default_factory=list)  # trailing scalar kernel arguments
+    empty: bool = False  # nothing to compute (zero-size): outputs are allocated, no launch
+
+    def arguments(self, in_buffers, in_offsets, out_buffers) -> list:
+        raise NotImplementedError
+
+
+def layout_signature(tensors) -> tuple:
+    return tuple((tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype) for t in tensors)
+
+
+class FusedKernel:
+    """Base of the graph targets: a readable __name__ for FX printing, memoised configure()."""
+
+    kind = "fused"
+
+    def __init__(self, group: int):
+        self.group = group
+        self.__name__ = f"tf_{self.kind}_group{group}"
+        self.__module__ = "torchfuser.fused"
+        self._configs: dict[tuple, Launch] = {}
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+    def configure(self, inputs) -> Launch:
+        key = layout_signature(inputs)
+        launch = self._configs.get(key)
+        if launch is None:
+            launch = self._configs[key] = self._configure(inputs)
+        return launch
+
+    def __call__(self, *inputs):
+        """Standalone run (e.g. calling the fused GraphModule directly): one launch, synchronised."""
+        from torchfuser.runtime.executor import run_single
+
+        return run_single(self, list(inputs))
+
+
+# ---------------------------------------------------------------- pointwise
+
+
+class PointwiseLaunch(Launch):
+    def arguments(self, in_buffers, in_offsets, out_buffers):
+        index = np.int64 if self.spec.index_type == "long" else np.int32
+        args = []
+        for buffer, offset in zip(in_buffers, in_offsets):
+            args += [buffer, index(offset)]
+        return args + list(out_buffers) + self.scalars
+
+
+class PointwiseKernel(FusedKernel):
+    kind = "pointwise"
+
+    def __init__(self, program: Program, out_shape, out_stride, group: int):
+        super().__init__(group)
+        self.program = program
+        self.out_shape = tuple(out_shape)
+        # iterate in the output's memory order (outermost first), as TensorIterator does
+        order = sorted(range(len(out_shape)), key=lambda d: -out_stride[d]) if out_stride else []
+        self.order = order if _is_dense(out_shape, out_stride, order) else list(range(len(out_shape)))
+
+    def reference(self, *inputs):
+        outs = run_program(self.program, list(inputs))
+        outs = [torch.broadcast_to(o, self.out_shape).clone() for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _configure(self, inputs) -> Launch:
+        shape = self.out_shape
+        perm_shape = [shape[d] for d in self.order]
+        strides = [[_broadcast_strides(shape, t)[d] for d in self.order] for t in inputs]
+        dims = _collapse(perm_shape, strides)
+        sizes = [s for s, _ in dims] or [1]
+        per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
+        contiguous = _contiguous_strides(sizes)
+        layouts = tuple(
+            SCALAR if not any(st) else CONTIGUOUS if st == contiguous else STRIDED for st in per_input
+        )
+        numel = int(np.prod(sizes))
+        reach = max([numel] + [t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(sizes, st)) + 1
+                               for t, st in zip(inputs, per_input)])
+        index_type = "int" if reach <= INT32_MAX else "long"
+        spec = PointwiseSpec(self.program, layouts, len(sizes), index_type)
+        index = np.int64 if index_type == "long" else np.int32
+        scalars = [index(numel)]
+        if STRIDED in layouts:
+            scalars += [index(s) for s in sizes]
+            scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
+        out_stride = _strides_in_order(shape, self.order)
+        outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in self.program.output_dtypes]
+        items = spec.items_per_thread
+        return PointwiseLaunch(spec, ((numel + items - 1) // items,), outputs, scalars, empty=numel == 0)
+
+
+def _broadcast_strides(shape, t) -> list[int]:
+    nd, tnd = len(shape), t.dim()
+    strides = [0] * nd
+    for d in range(tnd):
+        if t.shape[d] != 1:
+            strides[nd - tnd + d] = t.stride(d)
+    return strides
+
+
+def _collapse(sizes, strides) -> list[tuple[int, list[int]]]:
+    """Drop size-1 dims; merge neighbours that every operand walks contiguously."""
+    dims: list[tuple[int, list[int]]] = []
+    for d, size in enumerate(sizes):
+        if size == 1:
+            continue
+        here = [st[d] for st in strides]
+        if dims and all(prev == cur * size for prev, cur in zip(dims[-1][1], here)):
+            dims[-1] = (dims[-1][0] * size, here)
+        else:
+            dims.append((size, here))
+    return dims
+
+
+def _contiguous_strides(sizes) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= s
+    return strides[::-1]
+
+
+def _strides_in_order(shape, order) -> tuple:
+    strides = [0] * len(shape)
+    acc = 1
+    for d in reversed(order):
+        strides[d] = acc
+        acc *= max(shape[d], 1)
+    return tuple(strides)
+
+
+def _is_dense(shape, stride, order) -> bool:
+    return len(stride) == len(shape) and all(
+        shape[d] == 1 or stride[d] == s for d, s in zip(range(len(shape)), _strides_in_order(shape, order))
+    )
+
+
+# ---------------------------------------------------------------- gemm
+
+
+class GemmLaunch(Launch):
+    def arguments(self, in_buffers, in_offsets, out_buffers):
+        index = np.int64 if self.spec.index_type == "long" else np.int32
+        a_strides, b_strides, extra_strides, mnk = self.scalars
+        args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)]
+        args += [in_buffers[1], index(in_offsets[1]), *map(index, b_strides)]
+        for e, strides in enumerate(extra_strides, start=2):
+            args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
+        return args + list(out_buffers) + [index(x) for x in mnk]
+
+
+class GemmKernel(FusedKernel):
+    """out[M,N] = epilogue(a[M,K] @ b[K,N], *extras), extras broadcast to [M,N]."""
+
+    kind = "gemm"
+
+    def __init__(self, epilogue: Program, group: int):
+        super().__init__(group)
+        self.epilogue = epilogue
+
+    def reference(self, a, b, *extras):
+        acc = torch.mm(a, b)
+        return run_program(self.epilogue, [acc, *extras])[0].contiguous()
+
+    def _configure(self, inputs) -> Launch:
+        a, b, *extras = inputs
+        (m, k), n = a.shape, b.shape[1]
+        extra_strides = [_broadcast_strides((m, n), e) for e in extras]
+        reach = max([m * n] + [t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(t.shape, t.stride())) + 1
+                               for t in inputs if t.numel()])
+        index_type = "int" if reach <= INT32_MAX else "long"
+        spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type)
+        grid = ((n + spec.tile_n - 1) // spec.tile_n, (m + spec.tile_m - 1) // spec.tile_m)
+        out = ((m, n), (n, 1), TORCH_DTYPES[self.epilogue.output_dtypes[0]])
+        scalars = [a.stride(), b.stride(), extra_strides, (m, n, k)]
+        return GemmLaunch(spec, grid, [out], scalars, empty=m * n == 0)
