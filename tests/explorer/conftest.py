@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_core import FakeCore  # noqa: E402
+
+
+@pytest.fixture
+def fake_core(monkeypatch):
+    """Route the explorer's torchfuser calls to FakeCore (no Dynamo, no OpenCL)."""
+    import explorer.programs
+
+    core = FakeCore()
+    monkeypatch.setattr(explorer.programs, "compiler", lambda: core)
+    return core
+
+
+@pytest.fixture
+def shell():
+    """An in-process IPython shell with the explorer extension loaded and a clean namespace."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "explorer")
+    names_before = set(ip.user_ns)
+    yield ip
+    for name in set(ip.user_ns) - names_before:
+        del ip.user_ns[name]
