@@ -1,0 +1,212 @@
+/**
+ * Collapse and expand by module. A collapsed module becomes one box in the
+ * drawn graph; edges are rerouted to it. With nothing collapsed, the
+ * compiler's own DOT is drawn unchanged.
+ */
+import { dotQuote, nodeFillColors } from './dot_text';
+import { formatLocation, formatShape } from './format';
+import type { Graph, GraphNode } from './schema';
+
+export const MODULE_NODE_PREFIX = 'module:';
+export const KERNEL_CLASS = 'jp-torchfuser-kernel';
+export const MODULE_CLASS = 'jp-torchfuser-module';
+
+export interface ModuleEntry {
+  path: string;
+  depth: number;
+  moduleType: string;
+  nodeIds: string[];
+}
+
+export interface DisplayGraph {
+  dot: string;
+  /** raw node id → id drawn in the SVG (itself, or its collapsed module's box) */
+  representative: Map<string, string>;
+  /** drawn module box id → raw node ids inside it */
+  members: Map<string, string[]>;
+}
+
+function ancestorsOf(path: string): string[] {
+  const parts = path.split('.');
+  return parts.map((_, i) => parts.slice(0, i + 1).join('.'));
+}
+
+/** Every module path in the graph, ancestors included, with the nodes inside it. */
+export function moduleEntries(graph: Graph | null): ModuleEntry[] {
+  if (!graph) {
+    return [];
+  }
+  const members = new Map<string, Set<string>>();
+  const types = new Map<string, string>();
+  const add = (modulePath: string, id: string) => {
+    for (const path of ancestorsOf(modulePath)) {
+      let set = members.get(path);
+      if (!set) {
+        set = new Set();
+        members.set(path, set);
+      }
+      set.add(id);
+    }
+  };
+  for (const node of graph.nodes) {
+    if (node.module) {
+      add(node.module, node.id);
+      if (node.module_type && !types.has(node.module)) {
+        types.set(node.module, node.module_type);
+      }
+    }
+  }
+  for (const [path, ids] of Object.entries(graph.modules)) {
+    if (!path) {
+      continue;
+    }
+    for (const id of Array.isArray(ids) ? ids : []) {
+      add(path, id);
+    }
+  }
+  return [...members.entries()]
+    .map(([path, ids]) => ({
+      path,
+      depth: path.split('.').length - 1,
+      moduleType: types.get(path) ?? '',
+      nodeIds: [...ids]
+    }))
+    .sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** The outermost collapsed module that contains each node. */
+function representatives(graph: Graph, collapsed: Set<string>): Map<string, string> {
+  const entries = moduleEntries(graph).filter(entry => collapsed.has(entry.path));
+  // Outermost first, so a collapsed parent wins over a collapsed child.
+  entries.sort((a, b) => a.depth - b.depth);
+  const representative = new Map<string, string>();
+  for (const node of graph.nodes) {
+    representative.set(node.id, node.id);
+  }
+  const assigned = new Set<string>();
+  for (const entry of entries) {
+    for (const id of entry.nodeIds) {
+      if (!assigned.has(id) && representative.has(id)) {
+        representative.set(id, MODULE_NODE_PREFIX + entry.path);
+        assigned.add(id);
+      }
+    }
+  }
+  return representative;
+}
+
+const GROUP_PALETTE = ['#8dd3c7', '#ffffb3', '#bebada', '#fb8072', '#80b1d3', '#fdb462', '#b3de69', '#fccde5'];
+
+function nodeTooltip(node: GraphNode): string {
+  const lines = [formatShape(node.shape, node.dtype)];
+  if (node.module) {
+    lines.push(node.module_type ? `${node.module} (${node.module_type})` : node.module);
+  }
+  const where = formatLocation(node.file, node.line);
+  if (where) {
+    lines.push(node.code ? `${where}: ${node.code}` : where);
+  }
+  return lines.filter(Boolean).join('\n') || node.target || node.id;
+}
+
+function nodeStatement(node: GraphNode, fill: string | undefined): string {
+  const attrs: [string, string][] = [
+    ['id', node.id],
+    ['label', node.label || node.id],
+    ['tooltip', nodeTooltip(node)]
+  ];
+  const color = fill ?? (node.group !== null && node.group !== undefined
+    ? GROUP_PALETTE[Math.abs(node.group) % GROUP_PALETTE.length]
+    : undefined);
+  if (color) {
+    attrs.push(['fillcolor', color]);
+  }
+  if (node.kernel) {
+    attrs.push(['class', KERNEL_CLASS], ['penwidth', '2']);
+  }
+  return `  ${dotQuote(node.id)} [${attrs.map(([k, v]) => `${k}=${dotQuote(v)}`).join(', ')}];`;
+}
+
+function rankdirOf(dot: string): string {
+  const match = /rankdir\s*=\s*"?(TB|LR|BT|RL)"?/i.exec(dot);
+  return match ? match[1].toUpperCase() : 'TB';
+}
+
+/** DOT for the graph with the given modules collapsed (empty set: the compiler's DOT). */
+export function buildDisplayGraph(graph: Graph, collapsed: Set<string>): DisplayGraph {
+  const representative = representatives(graph, collapsed);
+  const members = new Map<string, string[]>();
+  for (const [id, rep] of representative) {
+    if (rep !== id) {
+      const list = members.get(rep) ?? [];
+      list.push(id);
+      members.set(rep, list);
+    }
+  }
+  if (members.size === 0 && graph.dot) {
+    return { dot: graph.dot, representative, members };
+  }
+  const fills = nodeFillColors(graph.dot);
+  const lines = [
+    'digraph G {',
+    `  rankdir=${rankdirOf(graph.dot)};`,
+    '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica", fontsize=11];',
+    '  edge [arrowsize=0.6];'
+  ];
+  for (const node of graph.nodes) {
+    if (representative.get(node.id) === node.id) {
+      lines.push(nodeStatement(node, fills.get(node.id)));
+    }
+  }
+  const byId = new Map(graph.nodes.map(node => [node.id, node]));
+  for (const [boxId, ids] of members) {
+    const path = boxId.slice(MODULE_NODE_PREFIX.length);
+    const moduleType = ids.map(id => byId.get(id)).find(n => n?.module === path && n.module_type)?.module_type ?? '';
+    const label = `${path}${moduleType ? ` (${moduleType})` : ''}\n${ids.length} nodes · collapsed`;
+    const attrs = [
+      ['id', boxId],
+      ['label', label],
+      ['tooltip', `${path}: click to expand`],
+      ['shape', 'box3d'],
+      ['fillcolor', '#e0e0e0'],
+      ['class', MODULE_CLASS]
+    ];
+    lines.push(`  ${dotQuote(boxId)} [${attrs.map(([k, v]) => `${k}=${dotQuote(v)}`).join(', ')}];`);
+  }
+  const seen = new Set<string>();
+  for (const [from, to] of graph.edges) {
+    const a = representative.get(from);
+    const b = representative.get(to);
+    if (a === undefined || b === undefined || a === b) {
+      continue;
+    }
+    const key = `${a}\u0000${b}`;
+    if (!seen.has(key)) {
+      seen.add(key);
+      lines.push(`  ${dotQuote(a)} -> ${dotQuote(b)};`);
+    }
+  }
+  lines.push('}');
+  return { dot: lines.join('\n'), representative, members };
+}
+
+/** Drawn ids for raw ids (a node inside a collapsed module maps to the module box). */
+export function toDisplayed(ids: Iterable<string>, display: DisplayGraph): Set<string> {
+  const result = new Set<string>();
+  for (const id of ids) {
+    result.add(display.representative.get(id) ?? id);
+  }
+  return result;
+}
+
+/** Raw ids behind a drawn id. */
+export function toRaw(displayedId: string, display: DisplayGraph): string[] {
+  return display.members.get(displayedId) ?? [displayedId];
+}
+
+/** Top-level modules: what "collapse all" collapses. */
+export function topLevelModules(graph: Graph | null): string[] {
+  return moduleEntries(graph)
+    .filter(entry => entry.depth === 0)
+    .map(entry => entry.path);
+}

@@ -1,0 +1,392 @@
+/**
+ * The explorer view (.jp-torchfuser-view), host-independent. The anywidget
+ * and the MIME renderer both create one and feed it bundles; the host decides
+ * whether toggles and Re-run are live (a kernel is running) or not.
+ */
+import { buildDisplayGraph, moduleEntries, MODULE_NODE_PREFIX, toDisplayed, toRaw, topLevelModules, type DisplayGraph } from './collapse';
+import { clear, el } from './dom';
+import { nodeFillColors } from './dot_text';
+import { findCounterparts, GraphIndex } from './graph_index';
+import { GraphPane, type Side } from './graph_pane';
+import { GraphToolbar } from './graph_toolbar';
+import { PassList, WHOLE_PIPELINE } from './pass_list';
+import { normalizeBundle, type Bundle, type Graph, type Report } from './schema';
+import { matchNodes } from './search';
+import { SourcePane } from './source_pane';
+import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector } from './summary';
+import { renderTimingBar } from './timing_bar';
+
+export interface ViewHost {
+  /** True when a kernel is connected: toggles and Re-run work. */
+  readonly interactive: boolean;
+  setEnabledPasses?(names: string[]): void;
+  rerun?(enabledPasses: string[]): void;
+}
+
+interface SideState {
+  graph: Graph | null;
+  index: GraphIndex | null;
+  display: DisplayGraph | null;
+}
+
+const OTHER: Record<Side, Side> = { before: 'after', after: 'before' };
+const BUSY_STATUS = /^(running|compiling|busy|rerunning)/i;
+
+export class ExplorerView {
+  readonly node: HTMLElement;
+  private bundle: Bundle | null = null;
+  private reportIndex = 0;
+  private selectedPass = WHOLE_PIPELINE;
+  private enabledFromHost: string[] | null = null;
+  private collapsed = new Set<string>();
+  private query = '';
+  private selectedKernel: string | null = null;
+  private readonly sides: Record<Side, SideState> = {
+    before: { graph: null, index: null, display: null },
+    after: { graph: null, index: null, display: null }
+  };
+  private readonly panes: Record<Side, GraphPane>;
+  private readonly passList: PassList;
+  private readonly toolbar: GraphToolbar;
+  private readonly sourcePane = new SourcePane();
+  private readonly headerSlot = el('div', { className: 'jp-torchfuser-header-slot' });
+  private readonly kernelSlot = el('div', { className: 'jp-torchfuser-kernel-slot' });
+  private readonly timingSlot = el('div', { className: 'jp-torchfuser-timing-slot' });
+  private readonly fallbackSlot = el('div', { className: 'jp-torchfuser-fallback-slot' });
+  private readonly errorSlot = el('div', { className: 'jp-torchfuser-error', attrs: { role: 'alert' } });
+  private drawing: Promise<void> = Promise.resolve();
+  private drawToken = 0;
+
+  constructor(private readonly host: ViewHost) {
+    const paneHandlers = {
+      onHover: (side: Side, id: string | null) => this.hover(side, id),
+      onClick: (side: Side, id: string) => this.clickNode(side, id)
+    };
+    this.panes = { before: new GraphPane('before', paneHandlers), after: new GraphPane('after', paneHandlers) };
+    this.passList = new PassList(host.interactive, {
+      onSelect: name => this.selectPass(name),
+      onToggle: (name, enabled) => this.togglePass(name, enabled),
+      onRerun: () => this.host.rerun?.(this.enabledPasses())
+    });
+    this.toolbar = new GraphToolbar({
+      onSearch: (query, reveal) => this.search(query, reveal),
+      onCollapse: (path, collapsed) => this.setCollapsed(collapsed ? [...this.collapsed, path] : [...this.collapsed].filter(p => p !== path)),
+      onCollapseAll: collapsed => this.setCollapsed(collapsed ? this.allTopLevelModules() : [])
+    });
+    this.node = el('div', { className: 'jp-torchfuser-view', attrs: { 'data-interactive': host.interactive } }, [
+      this.errorSlot,
+      this.headerSlot,
+      el('div', { className: 'jp-torchfuser-body' }, [
+        el('div', { className: 'jp-torchfuser-sidebar' }, [this.passList.node, this.kernelSlot]),
+        el('div', { className: 'jp-torchfuser-main' }, [
+          this.toolbar.node,
+          el('div', { className: 'jp-torchfuser-graphs' }, [this.panes.before.node, this.panes.after.node]),
+          this.timingSlot,
+          this.sourcePane.node,
+          this.fallbackSlot
+        ])
+      ])
+    ]);
+  }
+
+  /** Resolves when both graphs of the latest render are drawn. */
+  whenDrawn(): Promise<void> {
+    return this.drawing;
+  }
+
+  get report(): Report | null {
+    return this.bundle?.reports[this.reportIndex] ?? null;
+  }
+
+  pane(side: Side): GraphPane {
+    return this.panes[side];
+  }
+
+  setBundle(value: unknown): void {
+    try {
+      this.bundle = normalizeBundle(value);
+      this.errorSlot.textContent = '';
+    } catch (error) {
+      this.bundle = null;
+      this.errorSlot.textContent = `Cannot show this TorchFuser report: ${String((error as Error)?.message ?? error)}`;
+    }
+    if (this.reportIndex >= (this.bundle?.reports.length ?? 0)) {
+      this.reportIndex = 0;
+    }
+    this.selectedKernel = null;
+    this.sourcePane.showHint();
+    this.renderReport();
+  }
+
+  /** The host's enabled-pass list (null: take it from the report). */
+  setEnabledPasses(names: string[] | null): void {
+    this.enabledFromHost = names ? [...names] : null;
+    this.renderPassList();
+  }
+
+  setStatus(status: string | null | undefined): void {
+    const text = status ?? '';
+    this.passList.setStatus(text === 'idle' ? '' : text, BUSY_STATUS.test(text));
+  }
+
+  enabledPasses(): string[] {
+    if (this.enabledFromHost) {
+      return [...this.enabledFromHost];
+    }
+    return (this.report?.passes ?? []).filter(p => p.enabled).map(p => p.name);
+  }
+
+  selectReport(index: number): void {
+    this.reportIndex = index;
+    this.selectedKernel = null;
+    this.sourcePane.showHint();
+    this.renderReport();
+  }
+
+  selectPass(name: string): void {
+    this.selectedPass = name;
+    this.renderPassList();
+    this.drawGraphs();
+  }
+
+  setCollapsed(paths: string[]): void {
+    this.collapsed = new Set(paths);
+    this.drawGraphs();
+  }
+
+  private allTopLevelModules(): string[] {
+    return [...new Set([...topLevelModules(this.sides.before.graph), ...topLevelModules(this.sides.after.graph)])];
+  }
+
+  private togglePass(name: string, enabled: boolean): void {
+    const names = new Set(this.enabledPasses());
+    if (enabled) {
+      names.add(name);
+    } else {
+      names.delete(name);
+    }
+    // Keep pipeline order so the kernel side can pass the list straight on.
+    const order = this.bundle?.pipeline ?? [];
+    const ordered = [...order.filter(n => names.has(n)), ...[...names].filter(n => !order.includes(n))];
+    this.enabledFromHost = ordered;
+    this.host.setEnabledPasses?.(ordered);
+  }
+
+  private renderReport(): void {
+    const report = this.report;
+    clear(this.headerSlot);
+    clear(this.kernelSlot);
+    clear(this.timingSlot);
+    clear(this.fallbackSlot);
+    if (report) {
+      const selector = renderReportSelector(
+        (this.bundle?.reports ?? []).map(r => r.title),
+        this.reportIndex,
+        index => this.selectReport(index)
+      );
+      this.headerSlot.append(renderHeader(report));
+      if (selector) {
+        this.headerSlot.append(selector);
+      }
+      this.kernelSlot.append(renderKernelTable(report, name => this.selectKernel(name)));
+      this.timingSlot.append(renderTimingBar(report, name => this.kernelColor(name), name => this.selectKernel(name)));
+      const fallbacks = renderFallbacks(report);
+      if (fallbacks) {
+        this.fallbackSlot.append(fallbacks);
+      }
+    }
+    if (this.selectedPass !== WHOLE_PIPELINE && !report?.passes.some(p => p.name === this.selectedPass)) {
+      this.selectedPass = WHOLE_PIPELINE;
+    }
+    this.renderPassList();
+    this.drawGraphs();
+  }
+
+  private renderPassList(): void {
+    this.passList.render(this.report, this.bundle?.pipeline ?? [], new Set(this.enabledPasses()), this.selectedPass);
+  }
+
+  /** The graphs to compare for the selected pass, with a message when one is missing. */
+  private graphsForSelection(): { before: Graph | null; after: Graph | null; caption: [string, string]; message: string } {
+    const report = this.report;
+    if (!report) {
+      return { before: null, after: null, caption: ['', ''], message: 'No report.' };
+    }
+    if (this.selectedPass === WHOLE_PIPELINE) {
+      const ran = report.passes.filter(p => p.enabled && p.graph_after);
+      const before = report.graphs.aten ?? report.passes.find(p => p.graph_before)?.graph_before ?? null;
+      const after = ran.length ? ran[ran.length - 1].graph_after : before;
+      return { before, after, caption: ['ATen graph (before all passes)', 'final graph (after all passes)'], message: 'This report has no graphs.' };
+    }
+    const record = report.passes.find(p => p.name === this.selectedPass);
+    const message = record && !record.enabled ? `${this.selectedPass} was disabled in this run.` : 'No graph recorded.';
+    return {
+      before: record?.graph_before ?? null,
+      after: record?.graph_after ?? null,
+      caption: [`before ${this.selectedPass}`, `after ${this.selectedPass}`],
+      message
+    };
+  }
+
+  private drawGraphs(): void {
+    const token = ++this.drawToken;
+    const selection = this.graphsForSelection();
+    for (const side of ['before', 'after'] as Side[]) {
+      const graph = selection[side];
+      this.sides[side] = {
+        graph,
+        index: graph ? new GraphIndex(graph) : null,
+        display: graph ? buildDisplayGraph(graph, this.collapsed) : null
+      };
+      const count = graph ? ` · ${graph.nodes.length} nodes` : '';
+      this.panes[side].setCaption(`${selection.caption[side === 'before' ? 0 : 1]}${count}`);
+    }
+    const entries = moduleEntries(selection.after ?? selection.before);
+    this.toolbar.setModules(entries.length ? entries : moduleEntries(selection.before), this.collapsed);
+    this.drawing = Promise.all(
+      (['before', 'after'] as Side[]).map(side =>
+        this.panes[side].render(this.sides[side].graph, this.sides[side].display, selection.message)
+      )
+    ).then(() => {
+      if (token === this.drawToken) {
+        this.applySearch(false);
+        this.applyKernelSelection();
+      }
+    });
+  }
+
+  private rawCounterparts(side: Side, displayedId: string): Set<string> {
+    const from = this.sides[side];
+    const to = this.sides[OTHER[side]];
+    const result = new Set<string>();
+    if (!from.display || !from.index || !to.index) {
+      return result;
+    }
+    for (const rawId of toRaw(displayedId, from.display)) {
+      for (const id of findCounterparts(rawId, from.index, to.index, this.report?.kernels ?? [])) {
+        result.add(id);
+      }
+    }
+    return result;
+  }
+
+  /** Hover: the node itself, and its counterparts on the other side. */
+  hover(side: Side, displayedId: string | null): void {
+    const other = OTHER[side];
+    if (!displayedId) {
+      this.panes.before.setHighlight('jp-torchfuser-hover', []);
+      this.panes.after.setHighlight('jp-torchfuser-hover', []);
+      this.panes.before.setHighlight('jp-torchfuser-counterpart', []);
+      this.panes.after.setHighlight('jp-torchfuser-counterpart', []);
+      return;
+    }
+    const display = this.sides[other].display;
+    const counterparts = display ? toDisplayed(this.rawCounterparts(side, displayedId), display) : new Set<string>();
+    this.panes[side].setHighlight('jp-torchfuser-hover', [displayedId]);
+    this.panes[other].setHighlight('jp-torchfuser-hover', []);
+    this.panes[other].setHighlight('jp-torchfuser-counterpart', counterparts);
+    this.panes[side].setHighlight('jp-torchfuser-counterpart', []);
+  }
+
+  private clickNode(side: Side, displayedId: string): void {
+    if (displayedId.startsWith(MODULE_NODE_PREFIX)) {
+      const path = displayedId.slice(MODULE_NODE_PREFIX.length);
+      this.setCollapsed([...this.collapsed].filter(p => p !== path && !p.startsWith(path + '.')));
+      return;
+    }
+    const node = this.sides[side].index?.byId.get(displayedId);
+    if (!node) {
+      return;
+    }
+    if (node.kernel && this.report?.kernels.some(k => k.name === node.kernel)) {
+      this.selectKernel(node.kernel);
+      return;
+    }
+    this.selectedKernel = null;
+    this.applyKernelSelection();
+    const fallback = this.report?.fallbacks.find(f => f.node === node.id);
+    this.sourcePane.showNode(node, fallback);
+    this.panes[side].setHighlight('jp-torchfuser-selected', [displayedId]);
+  }
+
+  /** Shows the kernel's source and marks its node(s) and covered nodes. */
+  selectKernel(name: string): void {
+    const kernel = this.report?.kernels.find(k => k.name === name);
+    if (!kernel) {
+      return;
+    }
+    this.selectedKernel = name;
+    this.sourcePane.showKernel(kernel, this.report?.timings?.calls ?? null);
+    this.applyKernelSelection(true);
+  }
+
+  private applyKernelSelection(reveal = false): void {
+    const kernel = this.report?.kernels.find(k => k.name === this.selectedKernel);
+    for (const side of ['before', 'after'] as Side[]) {
+      const state = this.sides[side];
+      let ids: Set<string> = new Set();
+      if (kernel && state.index && state.display) {
+        const raw = new Set([...(state.index.byKernel.get(kernel.name) ?? [])]);
+        if (raw.size === 0) {
+          for (const id of kernel.nodes ?? []) {
+            if (state.index.has(id)) {
+              raw.add(id);
+            }
+          }
+        }
+        ids = toDisplayed(raw, state.display);
+      }
+      this.panes[side].setHighlight('jp-torchfuser-selected', ids);
+      if (reveal && ids.size) {
+        this.panes[side].reveal([...ids][0]);
+      }
+    }
+    this.kernelSlot.querySelectorAll('tr[data-kernel]').forEach(row => {
+      row.toggleAttribute('data-selected', row.getAttribute('data-kernel') === this.selectedKernel);
+    });
+  }
+
+  search(query: string, reveal: boolean): void {
+    this.query = query;
+    this.applySearch(reveal);
+  }
+
+  private applySearch(reveal: boolean): void {
+    const active = this.query.trim().length > 0;
+    const counts: Record<Side, number> = { before: 0, after: 0 };
+    for (const side of ['before', 'after'] as Side[]) {
+      const state = this.sides[side];
+      const matches = state.display ? toDisplayed(matchNodes(state.graph, this.query), state.display) : new Set<string>();
+      counts[side] = this.panes[side].setHighlight('jp-torchfuser-match', matches);
+      this.panes[side].setSearching(active);
+      if (reveal && matches.size) {
+        this.panes[side].reveal([...matches][0]);
+      }
+    }
+    this.toolbar.setMatchCount(counts.before, counts.after, active);
+  }
+
+  /** Fill colour of a kernel's node in any graph of the report (DOT carries the group colours). */
+  private kernelColor(name: string): string | undefined {
+    const report = this.report;
+    if (!report) {
+      return undefined;
+    }
+    const graphs = [...report.passes.map(p => p.graph_after), report.graphs.aten].filter((g): g is Graph => !!g);
+    for (const graph of graphs) {
+      const node = graph.nodes.find(n => n.kernel === name);
+      if (node) {
+        const color = nodeFillColors(graph.dot).get(node.id);
+        if (color) {
+          return color;
+        }
+      }
+    }
+    return undefined;
+  }
+
+  dispose(): void {
+    this.drawToken++;
+    this.node.remove();
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * One graph pane (.jp-torchfuser-graph[data-side]): lays out DOT with
+ * Graphviz, inserts the sanitised SVG, tags node groups with their node ids,
+ * and reports hover and click by node id.
+ */
+import { KERNEL_CLASS, MODULE_CLASS, type DisplayGraph } from './collapse';
+import { clear, el } from './dom';
+import { getLayoutEngine } from './layout_engine';
+import { PanZoom } from './pan_zoom';
+import { parseSafeSvg } from './safe_svg';
+import type { Graph } from './schema';
+
+export type Side = 'before' | 'after';
+
+export interface GraphPaneCallbacks {
+  onHover(side: Side, displayedId: string | null): void;
+  onClick(side: Side, displayedId: string): void;
+}
+
+export class GraphPane {
+  readonly node: HTMLElement;
+  readonly canvas: HTMLElement;
+  private readonly caption: HTMLElement;
+  private panZoom: PanZoom | null = null;
+  private nodeElements = new Map<string, Element>();
+  private highlighted = new Map<string, Element[]>();
+  private hoveredId: string | null = null;
+  private renderToken = 0;
+  /** Milliseconds the last render took (layout + insertion), for the speed check. */
+  lastRenderMs = 0;
+
+  constructor(
+    readonly side: Side,
+    private readonly callbacks: GraphPaneCallbacks
+  ) {
+    this.caption = el('div', { className: 'jp-torchfuser-graph-caption' });
+    this.canvas = el('div', {
+      className: 'jp-torchfuser-graph',
+      attrs: { 'data-side': side, 'data-state': 'empty' }
+    });
+    const zoomButton = (label: string, title: string, action: () => void) => {
+      const button = el('button', { className: 'jp-torchfuser-zoom', text: label, attrs: { type: 'button', title } });
+      button.addEventListener('click', action);
+      return button;
+    };
+    const toolbar = el('div', { className: 'jp-torchfuser-graph-toolbar' }, [
+      this.caption,
+      zoomButton('+', 'Zoom in (or Ctrl + wheel)', () => this.panZoom?.zoomBy(1.25)),
+      zoomButton('−', 'Zoom out (or Ctrl + wheel)', () => this.panZoom?.zoomBy(0.8)),
+      zoomButton('Fit', 'Show the whole graph', () => this.panZoom?.fit())
+    ]);
+    this.node = el('div', { className: 'jp-torchfuser-graph-column' }, [toolbar, this.canvas]);
+    this.canvas.addEventListener('pointerover', this.onPointerOver);
+    this.canvas.addEventListener('pointerleave', () => this.setHovered(null));
+    this.canvas.addEventListener('click', this.onClick);
+  }
+
+  setCaption(text: string): void {
+    this.caption.textContent = text;
+  }
+
+  /** Draws `display` (or shows `message` when there is no graph). Resolves when drawn. */
+  async render(graph: Graph | null, display: DisplayGraph | null, message: string): Promise<void> {
+    const token = ++this.renderToken;
+    const started = performance.now();
+    this.nodeElements = new Map();
+    this.highlighted = new Map();
+    this.hoveredId = null;
+    this.panZoom = null;
+    if (!graph || !display) {
+      this.showMessage(message, 'empty');
+      return;
+    }
+    this.showMessage(`Laying out ${graph.nodes.length} nodes…`, 'loading');
+    let svg: SVGSVGElement;
+    try {
+      const engine = await getLayoutEngine();
+      const svgText = await engine.renderSvg(display.dot);
+      if (token !== this.renderToken) {
+        return;
+      }
+      svg = parseSafeSvg(svgText, this.canvas.ownerDocument);
+    } catch (error) {
+      if (token === this.renderToken) {
+        this.showMessage(`Could not draw this graph: ${String((error as Error)?.message ?? error)}`, 'error');
+      }
+      return;
+    }
+    this.tagNodes(svg, graph, display);
+    clear(this.canvas);
+    this.canvas.appendChild(svg);
+    this.canvas.setAttribute('data-state', 'drawn');
+    this.panZoom = new PanZoom(svg);
+    this.lastRenderMs = performance.now() - started;
+  }
+
+  private showMessage(text: string, state: string): void {
+    clear(this.canvas);
+    this.canvas.setAttribute('data-state', state);
+    this.canvas.appendChild(el('div', { className: 'jp-torchfuser-graph-message', text }));
+  }
+
+  /** data-node-id on every node group; ids removed so they cannot clash with the page's. */
+  private tagNodes(svg: SVGSVGElement, graph: Graph, display: DisplayGraph): void {
+    const kernelIds = new Set(graph.nodes.filter(n => n.kernel).map(n => n.id));
+    for (const group of Array.from(svg.querySelectorAll('g, a'))) {
+      if (group.classList.contains('node')) {
+        const title = group.querySelector('title')?.textContent ?? '';
+        const id = group.getAttribute('id') || title;
+        group.setAttribute('data-node-id', id);
+        this.nodeElements.set(id, group);
+        if (kernelIds.has(id)) {
+          group.classList.add(KERNEL_CLASS);
+        }
+        if (display.members.has(id)) {
+          group.classList.add(MODULE_CLASS);
+        }
+      }
+      group.removeAttribute('id');
+    }
+  }
+
+  nodeElement(displayedId: string): Element | undefined {
+    return this.nodeElements.get(displayedId);
+  }
+
+  get drawnNodeIds(): string[] {
+    return [...this.nodeElements.keys()];
+  }
+
+  /** Puts `className` on exactly the nodes in `ids` (clearing it elsewhere). */
+  setHighlight(className: string, ids: Iterable<string>): number {
+    for (const element of this.highlighted.get(className) ?? []) {
+      element.classList.remove(className);
+    }
+    const elements: Element[] = [];
+    for (const id of ids) {
+      const element = this.nodeElements.get(id);
+      if (element) {
+        element.classList.add(className);
+        elements.push(element);
+      }
+    }
+    this.highlighted.set(className, elements);
+    return elements.length;
+  }
+
+  /** Dims every non-matching node while a search is active. */
+  setSearching(active: boolean): void {
+    this.canvas.classList.toggle('jp-torchfuser-searching', active);
+  }
+
+  /** Scrolls the view so that the node is in the middle. */
+  reveal(displayedId: string): void {
+    const element = this.nodeElements.get(displayedId) as SVGGraphicsElement | undefined;
+    if (!element || !this.panZoom || typeof element.getBBox !== 'function') {
+      return;
+    }
+    const box = element.getBBox();
+    // Graphviz puts everything under a translated <g class="graph">.
+    const graphGroup = element.closest('g.graph') as SVGGraphicsElement | null;
+    const matrix = graphGroup?.transform?.baseVal?.consolidate()?.matrix;
+    const dx = matrix ? matrix.e : 0;
+    const dy = matrix ? matrix.f : 0;
+    this.panZoom.centerOn(box.x + box.width / 2 + dx, box.y + box.height / 2 + dy);
+  }
+
+  private readonly onPointerOver = (event: Event) => {
+    const group = (event.target as Element | null)?.closest?.('g.node');
+    this.setHovered(group?.getAttribute('data-node-id') ?? null);
+  };
+
+  private setHovered(id: string | null): void {
+    if (id !== this.hoveredId) {
+      this.hoveredId = id;
+      this.callbacks.onHover(this.side, id);
+    }
+  }
+
+  private readonly onClick = (event: Event) => {
+    if (this.panZoom?.dragged) {
+      this.panZoom.dragged = false;
+      return;
+    }
+    const group = (event.target as Element | null)?.closest?.('g.node');
+    const id = group?.getAttribute('data-node-id');
+    if (id) {
+      this.callbacks.onClick(this.side, id);
+    }
+  };
+}

@@ -1,0 +1,149 @@
+/**
+ * The pass list: one row per pipeline pass with its checkbox, node counts,
+ * pass-specific counts and time; a first row for the whole pipeline; the
+ * Re-run button and the kernel status line underneath.
+ */
+import { clear, el } from './dom';
+import { formatSeconds } from './format';
+import type { PassRecord, Report } from './schema';
+
+export const WHOLE_PIPELINE = '__pipeline__';
+
+export interface PassListHandlers {
+  onSelect(passName: string): void;
+  onToggle(passName: string, enabled: boolean): void;
+  onRerun(): void;
+}
+
+function nodeCounts(record: PassRecord | undefined): string {
+  if (!record) {
+    return '';
+  }
+  const before = record.stats.nodes_before ?? record.graph_before?.nodes.length;
+  const after = record.stats.nodes_after ?? record.graph_after?.nodes.length;
+  if (before === undefined || after === undefined) {
+    return '';
+  }
+  return `${before} → ${after} nodes`;
+}
+
+function otherStats(record: PassRecord | undefined): string {
+  if (!record) {
+    return '';
+  }
+  return Object.entries(record.stats)
+    .filter(([key]) => key !== 'nodes_before' && key !== 'nodes_after')
+    .map(([key, value]) => `${key}: ${String(value)}`)
+    .join(', ');
+}
+
+function passState(record: PassRecord | undefined): string {
+  if (!record) {
+    return 'not run';
+  }
+  if (!record.enabled) {
+    return 'disabled';
+  }
+  return record.modified ? 'changed' : 'no change';
+}
+
+export class PassList {
+  readonly node: HTMLElement;
+  private readonly list: HTMLElement;
+  private readonly rerunButton: HTMLButtonElement;
+  private readonly status: HTMLElement;
+
+  constructor(
+    private readonly interactive: boolean,
+    private readonly handlers: PassListHandlers
+  ) {
+    this.list = el('ol', { className: 'jp-torchfuser-passes' });
+    this.rerunButton = el('button', {
+      className: 'jp-torchfuser-rerun jp-mod-styled',
+      text: 'Re-run',
+      attrs: {
+        type: 'button',
+        disabled: !interactive,
+        title: interactive ? 'Compile and run again with the checked passes' : 'Re-run needs a running kernel'
+      }
+    });
+    this.rerunButton.addEventListener('click', () => this.handlers.onRerun());
+    this.status = el('div', { className: 'jp-torchfuser-status', attrs: { role: 'status' } });
+    this.node = el('div', { className: 'jp-torchfuser-pass-panel' }, [
+      el('div', { className: 'jp-torchfuser-subtitle', text: 'Passes' }),
+      this.list,
+      el('div', { className: 'jp-torchfuser-rerun-row' }, [this.rerunButton, this.status]),
+      interactive
+        ? null
+        : el('div', {
+            className: 'jp-torchfuser-kernel-note',
+            text: 'Static report: switching passes and Re-run need a running kernel (run the cell again).'
+          })
+    ]);
+    this.list.addEventListener('change', this.onChange);
+    this.list.addEventListener('click', this.onClick);
+  }
+
+  render(report: Report | null, pipeline: string[], enabled: Set<string>, selected: string): void {
+    clear(this.list);
+    const records = new Map((report?.passes ?? []).map(p => [p.name, p]));
+    const names = [...pipeline, ...[...records.keys()].filter(name => !pipeline.includes(name))];
+    this.list.appendChild(
+      el('li', { className: 'jp-torchfuser-pass', attrs: { 'data-pass-row': WHOLE_PIPELINE, 'data-selected': selected === WHOLE_PIPELINE } }, [
+        el('span', { className: 'jp-torchfuser-pass-spacer' }),
+        el('button', { className: 'jp-torchfuser-pass-name', text: 'all passes', attrs: { type: 'button', 'data-select': WHOLE_PIPELINE } }),
+        el('span', { className: 'jp-torchfuser-pass-counts', text: 'ATen graph → final graph' })
+      ])
+    );
+    for (const name of names) {
+      const record = records.get(name);
+      const checkbox = el('input', {
+        className: 'jp-torchfuser-pass-toggle',
+        attrs: {
+          type: 'checkbox',
+          'data-pass': name,
+          disabled: !this.interactive,
+          title: this.interactive ? `Run ${name} on the next Re-run` : 'Switching passes needs a running kernel',
+          'aria-label': `enable ${name}`
+        }
+      });
+      checkbox.checked = enabled.has(name);
+      const seconds = record ? formatSeconds(record.seconds) : '';
+      this.list.appendChild(
+        el('li', {
+          className: 'jp-torchfuser-pass',
+          attrs: { 'data-pass-row': name, 'data-selected': selected === name, 'data-state': passState(record) }
+        }, [
+          checkbox,
+          el('button', { className: 'jp-torchfuser-pass-name', text: name, attrs: { type: 'button', 'data-select': name } }),
+          el('span', { className: 'jp-torchfuser-pass-counts', text: nodeCounts(record) }),
+          el('span', { className: 'jp-torchfuser-pass-stats', text: otherStats(record) }),
+          el('span', { className: 'jp-torchfuser-pass-state', text: [passState(record), seconds].filter(Boolean).join(' · ') })
+        ])
+      );
+    }
+  }
+
+  setStatus(text: string, busy: boolean): void {
+    this.status.textContent = text;
+    this.status.setAttribute('data-busy', busy ? 'true' : 'false');
+    if (this.interactive) {
+      this.rerunButton.disabled = busy;
+    }
+  }
+
+  private readonly onChange = (event: Event) => {
+    const input = event.target as HTMLInputElement;
+    if (input.classList?.contains('jp-torchfuser-pass-toggle')) {
+      this.handlers.onToggle(input.getAttribute('data-pass') ?? '', input.checked);
+    }
+  };
+
+  private readonly onClick = (event: Event) => {
+    const button = (event.target as Element).closest?.('[data-select]');
+    const name = button?.getAttribute('data-select');
+    if (name) {
+      this.handlers.onSelect(name);
+    }
+  };
+}

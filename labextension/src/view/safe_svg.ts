@@ -1,0 +1,65 @@
+/**
+ * Turns Graphviz SVG text into DOM nodes without ever assigning markup.
+ * Graphviz escapes user labels itself; this is the second line of defence:
+ * parse as XML, drop anything that can run code or embed HTML, then adopt.
+ */
+
+const FORBIDDEN_ELEMENTS = new Set([
+  'script',
+  'foreignobject',
+  'iframe',
+  'object',
+  'embed',
+  'style',
+  'handler',
+  'listener'
+]);
+
+function isDangerousAttribute(name: string, value: string): boolean {
+  const lower = name.toLowerCase();
+  if (lower.startsWith('on')) {
+    return true;
+  }
+  // Graphviz only emits links for URL/href attributes, which the compiler does not set.
+  if (lower === 'href' || lower === 'xlink:href' || lower.endsWith(':href')) {
+    return true;
+  }
+  return /^\s*(javascript|data|vbscript):/i.test(value) && lower !== 'xlink:title';
+}
+
+/** Removes forbidden elements and attributes in place. */
+export function sanitizeSvgTree(root: Element): void {
+  const doomed: Element[] = [];
+  const walk = (element: Element) => {
+    if (FORBIDDEN_ELEMENTS.has(element.localName.toLowerCase())) {
+      doomed.push(element);
+      return;
+    }
+    for (const attr of Array.from(element.attributes)) {
+      if (isDangerousAttribute(attr.name, attr.value)) {
+        element.removeAttributeNS(attr.namespaceURI, attr.localName);
+      }
+    }
+    for (const child of Array.from(element.children)) {
+      walk(child);
+    }
+  };
+  walk(root);
+  for (const element of doomed) {
+    element.remove();
+  }
+}
+
+/** Parses SVG text into a sanitised <svg> element owned by `ownerDocument`. */
+export function parseSafeSvg(svgText: string, ownerDocument: Document = document): SVGSVGElement {
+  const parsed = new DOMParser().parseFromString(svgText, 'image/svg+xml');
+  const root = parsed.documentElement;
+  if (!root || root.localName !== 'svg' || parsed.getElementsByTagName('parsererror').length > 0) {
+    throw new Error('Graphviz returned something that is not SVG');
+  }
+  sanitizeSvgTree(root);
+  const adopted = ownerDocument.importNode(root, true) as unknown as SVGSVGElement;
+  // Sanitise the copy too: importNode must not be trusted to drop anything.
+  sanitizeSvgTree(adopted);
+  return adopted;
+}

@@ -1,0 +1,125 @@
+/**
+ * The detail pane (.jp-torchfuser-source): for a fused kernel its OpenCL
+ * source, cache status, build and launch times and the user source lines it
+ * came from; for any other node its op, shape and source line.
+ */
+import { appendChildren, clear, el } from './dom';
+import { formatLocation, formatSeconds, formatShape } from './format';
+import { highlightOpenCL } from './opencl_highlight';
+import type { Fallback, GraphNode, Kernel } from './schema';
+
+const CACHE_LABELS: Record<string, string> = {
+  hit: 'cache hit (memory)',
+  disk: 'cache hit (disk)',
+  miss: 'cache miss (built)'
+};
+
+export function cacheBadge(status: string): HTMLElement {
+  const known = status === 'hit' || status === 'miss' || status === 'disk';
+  return el('span', {
+    className: 'jp-torchfuser-cache',
+    text: CACHE_LABELS[status] ?? `cache ${status}`,
+    attrs: { 'data-status': known ? status : 'unknown' }
+  });
+}
+
+function definitionList(rows: [string, string][]): HTMLElement {
+  const list = el('dl', { className: 'jp-torchfuser-facts' });
+  for (const [term, value] of rows) {
+    if (value) {
+      list.appendChild(el('dt', { text: term }));
+      list.appendChild(el('dd', { text: value }));
+    }
+  }
+  return list;
+}
+
+function sourceLine(item: { module?: string; module_type?: string; file: string | null; line: number | null; code: string | null }): HTMLElement {
+  const module = item.module ? (item.module_type ? `${item.module} (${item.module_type})` : item.module) : '(top level)';
+  return el('li', { className: 'jp-torchfuser-user-line' }, [
+    el('span', { className: 'jp-torchfuser-user-module', text: module }),
+    ' ',
+    el('span', { className: 'jp-torchfuser-user-location', text: formatLocation(item.file, item.line) }),
+    item.code ? el('code', { className: 'jp-torchfuser-user-code', text: item.code }) : null
+  ]);
+}
+
+export class SourcePane {
+  readonly node: HTMLElement;
+
+  constructor() {
+    this.node = el('div', { className: 'jp-torchfuser-source', attrs: { 'data-state': 'empty' } });
+    this.showHint();
+  }
+
+  showHint(): void {
+    clear(this.node);
+    this.node.setAttribute('data-state', 'empty');
+    this.node.appendChild(
+      el('div', {
+        className: 'jp-torchfuser-hint',
+        text: 'Click a fused kernel (thick outline) to see its OpenCL source; click any node for its details.'
+      })
+    );
+  }
+
+  showKernel(kernel: Kernel, callsPerRun: number | null): void {
+    clear(this.node);
+    this.node.setAttribute('data-state', 'kernel');
+    this.node.setAttribute('data-kernel', kernel.name);
+    const perCall = callsPerRun ? kernel.seconds / callsPerRun : null;
+    const header = el('div', { className: 'jp-torchfuser-source-header' }, [
+      el('span', { className: 'jp-torchfuser-kernel-name', text: kernel.name }),
+      el('span', { className: 'jp-torchfuser-kernel-kind', text: kernel.kind }),
+      cacheBadge(kernel.cache)
+    ]);
+    const facts = definitionList([
+      ['build time', formatSeconds(kernel.build_seconds)],
+      ['per launch', formatSeconds(kernel.mean_seconds)],
+      ['launches', String(kernel.launches ?? 0)],
+      ['device time', formatSeconds(kernel.seconds)],
+      ['per graph call', perCall === null ? '' : formatSeconds(perCall)],
+      ['fused group', kernel.group === null || kernel.group === undefined ? '' : String(kernel.group)],
+      ['covers', (kernel.nodes ?? []).join(', ')],
+      ['cache key', kernel.cache_key ? kernel.cache_key.slice(0, 16) + '…' : '']
+    ]);
+    const sources = el('ul', { className: 'jp-torchfuser-user-lines' }, (kernel.sources ?? []).map(sourceLine));
+    const code = el('pre', { className: 'jp-torchfuser-code' }, [
+      el('code', { className: 'jp-torchfuser-opencl' }, [highlightOpenCL(kernel.source ?? '', this.node.ownerDocument)])
+    ]);
+    appendChildren(this.node, [
+      header,
+      facts,
+      el('div', { className: 'jp-torchfuser-subtitle', text: 'From your code' }),
+      (kernel.sources ?? []).length ? sources : el('div', { className: 'jp-torchfuser-hint', text: 'no source lines recorded' }),
+      el('div', { className: 'jp-torchfuser-subtitle', text: 'OpenCL C' }),
+      code,
+      kernel.spec
+        ? el('details', { className: 'jp-torchfuser-spec' }, [
+            el('summary', { text: 'kernel spec' }),
+            el('pre', { text: kernel.spec })
+          ])
+        : null
+    ]);
+  }
+
+  showNode(node: GraphNode, fallback: Fallback | undefined): void {
+    clear(this.node);
+    this.node.setAttribute('data-state', 'node');
+    this.node.removeAttribute('data-kernel');
+    this.node.append(
+      el('div', { className: 'jp-torchfuser-source-header' }, [
+        el('span', { className: 'jp-torchfuser-kernel-name', text: node.label || node.id }),
+        el('span', { className: 'jp-torchfuser-kernel-kind', text: node.op })
+      ]),
+      definitionList([
+        ['node', node.id],
+        ['target', node.target],
+        ['value', formatShape(node.shape, node.dtype)],
+        ['fused group', node.group === null || node.group === undefined ? '' : String(node.group)],
+        ['runs in PyTorch', fallback ? fallback.reason : '']
+      ]),
+      el('ul', { className: 'jp-torchfuser-user-lines' }, [sourceLine(node)])
+    );
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * Eager vs compiled, drawn as two bars on one scale; the compiled bar is split
+ * into one segment per kernel (device time per graph call) and the rest
+ * (launch overhead, PyTorch fallbacks, host work).
+ */
+import { el } from './dom';
+import { formatSeconds } from './format';
+import type { Report } from './schema';
+
+export interface KernelSegment {
+  name: string;
+  seconds: number;
+}
+
+/** Per-call device time of each kernel; `calls` is how often the graph ran. */
+export function kernelSegments(report: Report): KernelSegment[] {
+  const calls = report.timings?.calls ?? null;
+  return report.kernels
+    .map(kernel => {
+      let seconds = 0;
+      if (calls && calls > 0 && Number.isFinite(kernel.seconds)) {
+        seconds = kernel.seconds / calls;
+      } else if (kernel.mean_seconds !== null && Number.isFinite(kernel.mean_seconds)) {
+        seconds = kernel.mean_seconds;
+      }
+      return { name: kernel.name, seconds };
+    })
+    .filter(segment => segment.seconds > 0);
+}
+
+function bar(label: string, seconds: number | null, scale: number, children: HTMLElement[], className: string): HTMLElement {
+  const track = el('div', { className: 'jp-torchfuser-timing-track' });
+  const fill = el('div', { className: `jp-torchfuser-timing-fill ${className}` }, children);
+  fill.style.width = `${seconds !== null && scale > 0 ? Math.min(100, (100 * seconds) / scale) : 0}%`;
+  track.appendChild(fill);
+  return el('div', { className: 'jp-torchfuser-timing-row' }, [
+    el('span', { className: 'jp-torchfuser-timing-label', text: label }),
+    track,
+    el('span', { className: 'jp-torchfuser-timing-value', text: formatSeconds(seconds) })
+  ]);
+}
+
+export function renderTimingBar(
+  report: Report,
+  colorOfKernel: (name: string) => string | undefined,
+  onKernelClick: (name: string) => void
+): HTMLElement {
+  const timings = report.timings ?? { eager_seconds: null, compiled_seconds: null, speedup: null };
+  const segments = kernelSegments(report);
+  const kernelTotal = segments.reduce((sum, s) => sum + s.seconds, 0);
+  const eager = timings.eager_seconds ?? null;
+  const compiled = timings.compiled_seconds ?? (kernelTotal > 0 ? kernelTotal : null);
+  const scale = Math.max(eager ?? 0, compiled ?? 0, kernelTotal);
+
+  const segmentElements = segments.map(segment => {
+    const part = el('div', {
+      className: 'jp-torchfuser-timing-kernel',
+      attrs: { 'data-kernel': segment.name, title: `${segment.name}: ${formatSeconds(segment.seconds)} per call` }
+    });
+    // Widths are relative to the compiled bar; the rest of it is non-kernel time.
+    const whole = Math.max(compiled ?? 0, kernelTotal);
+    part.style.width = `${whole > 0 ? (100 * segment.seconds) / whole : 0}%`;
+    part.style.background = safeColor(colorOfKernel(segment.name));
+    part.addEventListener('click', () => onKernelClick(segment.name));
+    return part;
+  });
+
+  const speedup = timings.speedup ?? (eager && compiled ? eager / compiled : null);
+  const headline =
+    speedup !== null && Number.isFinite(speedup)
+      ? `${speedup.toFixed(2)}× ${speedup >= 1 ? 'faster' : 'slower'} than eager`
+      : eager === null
+        ? 'eager time not measured'
+        : '';
+  const legend = el(
+    'ul',
+    { className: 'jp-torchfuser-timing-legend' },
+    segments.map(segment =>
+      el('li', { attrs: { 'data-kernel': segment.name } }, [
+        el('span', { className: 'jp-torchfuser-swatch', attrs: { style: `background:${safeColor(colorOfKernel(segment.name))}` } }),
+        el('span', { text: `${segment.name} ${formatSeconds(segment.seconds)}` })
+      ])
+    )
+  );
+  legend.addEventListener('click', event => {
+    const item = (event.target as Element).closest?.('li[data-kernel]');
+    const name = item?.getAttribute('data-kernel');
+    if (name) {
+      onKernelClick(name);
+    }
+  });
+  return el('div', { className: 'jp-torchfuser-timing' }, [
+    el('div', { className: 'jp-torchfuser-subtitle', text: `Time per call${headline ? ` · ${headline}` : ''}` }),
+    bar('eager', eager, scale, [], 'jp-torchfuser-timing-eager'),
+    bar('compiled', compiled, scale, segmentElements, 'jp-torchfuser-timing-compiled'),
+    segments.length ? legend : el('div', { className: 'jp-torchfuser-hint', text: 'no kernel launches timed yet' })
+  ]);
+}
+
+/** Colours come from DOT text; only plain colour values go into a style attribute. */
+export function safeColor(color: string | undefined): string {
+  return color && /^(#[0-9a-fA-F]{3,8}|[a-zA-Z]{3,20})$/.test(color) ? color : 'var(--jp-layout-color3)';
+}
