@@ -73,7 +73,7 @@ class _Call:
         self.alive: list = []
         self.events: list = []
 
-    def launch(self, target: FusedKernel, inputs, on_build=None):
+    def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = target.configure(inputs)
         arena = self.runtime.arena
         outs = [arena.empty_strided(*o) for o in launch.outputs]
@@ -92,7 +92,7 @@ class _Call:
             import pyopencl as cl
 
             event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, built.kernel, launch.global_size, None)
-            self.events.append((launch.spec.kernel_name, event))
+            self.events.append((label or target.__name__, event))
             self.alive.append((inputs, in_buffers, out_buffers))
             for o, buffer in zip(outs, out_buffers):
                 self.binding.wrote(o, buffer)
@@ -191,7 +191,7 @@ class Plan:
             if call is None or node.name in self.fallback_nodes:
                 return target.reference(*args)
             try:
-                return call.launch(target, list(args), self.kernel_for)
+                return call.launch(target, list(args), self.kernel_for, node.name)
             except KernelBuildError as error:  # a new input layout whose kernel does not build
                 self.fallback_nodes[node.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
                 warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch from now on", RuntimeWarning)

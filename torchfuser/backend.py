@@ -1,0 +1,59 @@
+"""The "torchfuser" Dynamo backend, also declared as a `torch_dynamo_backends` entry point.
+
+Dynamo hands us a torch-level FX graph; aot_autograd lowers it to core ATen (forward, and backward when
+gradients are needed) and each aten graph is compiled by `compile_aten_graph`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from torchfuser.capture import DECOMPOSITIONS
+from torchfuser.compiler import compile_aten_graph
+from torchfuser.graph_snapshot import snapshot_graph
+from torchfuser.passes import check_pass_names
+
+_graph_numbers = itertools.count()
+
+
+def lower_and_compile(gm, example_inputs, *, disable=(), device=None, title="graph"):
+    """torch-level gm → aot_autograd → compiled forward (and backward); returns the aot callable."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    started = time.perf_counter()
+    captured = snapshot_graph(gm)
+
+    def compiler_for(kind):
+        def compile_graph(aten_gm, aten_inputs):
+            compiled = compile_aten_graph(aten_gm, disable=disable, device=device, title=f"{title} {kind}",
+                                          captured=captured, started=started)
+            return make_boxed_func(compiled)
+
+        return compile_graph
+
+    return aot_module_simplified(gm, list(example_inputs), fw_compiler=compiler_for("forward"),
+                                 bw_compiler=compiler_for("backward"), decompositions=DECOMPOSITIONS)
+
+
+def make_backend(disable=(), device=None, title: str | None = None):
+    """A Dynamo backend with these options; `torchfuser_backend` is the default one."""
+    disable = check_pass_names(disable)
+
+    def torchfuser(gm, example_inputs):
+        name = f"{title or 'graph'} #{next(_graph_numbers)}"
+        return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=name)
+
+    return torchfuser
+
+
+torchfuser_backend = make_backend()
+
+
+def register() -> None:
+    """Make torch.compile(backend="torchfuser") work (the entry point does it too, without any import)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "torchfuser" not in _COMPILER_FNS:
+        register_backend(torchfuser_backend, name="torchfuser")

@@ -1,0 +1,61 @@
+"""The ways in: `compile` and `jit` (Dynamo capture) and `compile_fx` (an FX graph you already have)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from torchfuser.backend import lower_and_compile, make_backend
+from torchfuser.passes import check_pass_names
+from torchfuser.runtime.device import get_device
+
+
+def _title(model_or_fn) -> str:
+    if isinstance(model_or_fn, torch.nn.Module):
+        return type(model_or_fn).__name__
+    return getattr(model_or_fn, "__name__", type(model_or_fn).__name__)
+
+
+def compile(model_or_fn, *, disable=(), device=None):
+    """A callable like `model_or_fn` whose graphs run as fused OpenCL kernels.
+
+    disable: pass names (see torchfuser.passes.PIPELINE) to switch off; device: "P:D" or a name substring
+    (default TORCHFUSER_DEVICE, else the first GPU, else the first OpenCL device).
+    """
+    if not callable(model_or_fn):
+        raise TypeError(f"torchfuser.compile needs an nn.Module or a function, got {type(model_or_fn).__name__}")
+    disable = check_pass_names(disable)
+    if device is not None:
+        get_device(device)  # a bad name fails here, listing the devices there are
+    backend = make_backend(disable, device, _title(model_or_fn))
+    return torch.compile(model_or_fn, backend=backend, dynamic=False)
+
+
+def jit(fn=None, *, disable=(), device=None):
+    """Decorator form of `compile`: `@torchfuser.jit` or `@torchfuser.jit(disable=[...])`."""
+    if fn is None:
+        return functools.partial(jit, disable=disable, device=device)
+    return compile(fn, disable=disable, device=device)
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs=None, disable=(), device=None):
+    """Compile a torch-level FX GraphModule (e.g. from `trace_module`). Without example inputs the graph
+    is compiled at its first call, and again for each new input signature."""
+    disable = check_pass_names(disable)
+    if example_inputs is not None:
+        return _compile_now(gm, list(example_inputs), disable, device)
+    compiled: dict = {}
+
+    @functools.wraps(gm.forward)
+    def run(*args):
+        key = tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args)
+        if key not in compiled:
+            compiled[key] = _compile_now(gm, list(args), disable, device)
+        return compiled[key](*args)
+
+    return run
+
+
+def _compile_now(gm, example_inputs, disable, device):
+    return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=type(gm).__name__)

@@ -1,0 +1,58 @@
+"""What every pass shares: the PassResult, node counting, group ids and fused-node bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+from torch.fx.passes.tools_common import stable_topological_sort
+
+from torchfuser.runtime.launch import FusedKernel
+
+
+@dataclass
+class PassResult:
+    gm: fx.GraphModule
+    modified: bool
+    stats: dict = field(default_factory=dict)
+
+
+def count_ops(gm: fx.GraphModule) -> int:
+    """Nodes that do work or name a value: everything but placeholders and the output."""
+    return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
+
+
+def next_group_id(gm: fx.GraphModule) -> int:
+    groups = [n.target.group for n in gm.graph.nodes if isinstance(n.target, FusedKernel)]
+    return max(groups, default=-1) + 1
+
+
+def insert_fused_node(gm: fx.GraphModule, kernel: FusedKernel, inputs, covered: list[fx.Node], out_vals) -> fx.Node:
+    """Add `kernel(*inputs)` after the last covered node, carrying provenance for the report."""
+    graph = gm.graph
+    with graph.inserting_after(covered[-1]):
+        fused = graph.call_function(kernel, tuple(inputs))
+    fused.meta["val"] = out_vals
+    fused.meta["torchfuser_covers"] = [n.name for n in covered]
+    fused.meta["torchfuser_sources"] = [
+        {"stack_trace": n.meta.get("stack_trace"), "nn_module_stack": n.meta.get("nn_module_stack")}
+        for n in covered
+    ]
+    for key in ("stack_trace", "nn_module_stack"):
+        value = next((n.meta[key] for n in reversed(covered) if n.meta.get(key)), None)
+        if value is not None:
+            fused.meta[key] = value
+    return fused
+
+
+def erase_nodes(gm: fx.GraphModule, nodes) -> None:
+    """Erase nodes whose uses were all replaced, users first; then restore a topological order."""
+    for node in sorted(nodes, key=_position(gm), reverse=True):
+        gm.graph.erase_node(node)
+    stable_topological_sort(gm)
+    gm.recompile()
+
+
+def _position(gm):
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return order.__getitem__

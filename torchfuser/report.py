@@ -1,0 +1,135 @@
+"""CompileReport: what one compile did, as versioned JSON (see report_schema.md) and static HTML.
+
+The report is the only thing the explorer reads. It is filled by the compiler (passes, kernels, fallbacks,
+compile timings) and stays live: launch counts and profiled kernel times come from the running plan each
+time `to_dict()` is called.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from torchfuser.graph_snapshot import module_path, source_location
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class KernelEntry:
+    name: str  # the OpenCL kernel's name (derived from its spec)
+    node: str  # the fused node in the final graph
+    kind: str
+    group: int
+    cache_key: str
+    source: str
+    cache: str  # hit | miss | disk
+    build_seconds: float
+    spec: str
+    nodes: list[str]
+    sources: list[dict]
+
+
+@dataclass
+class FallbackEntry:
+    op: str
+    node: str
+    reason: str
+    module: str = ""
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+
+
+@dataclass
+class CompileReport:
+    title: str
+    device: dict | None
+    graphs: dict = field(default_factory=dict)
+    passes: list = field(default_factory=list)  # PassRecord
+    kernels: list[KernelEntry] = field(default_factory=list)
+    fallbacks: list[FallbackEntry] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    plan: object = None  # the running Plan: live launch counts and kernel times
+
+    def record_timing(self, eager_seconds: float | None = None, compiled_seconds: float | None = None) -> None:
+        """Record measured medians (explorer, bench); speedup = eager / compiled."""
+        if eager_seconds is not None:
+            self.timings["eager_seconds"] = float(eager_seconds)
+        if compiled_seconds is not None:
+            self.timings["compiled_seconds"] = float(compiled_seconds)
+        eager, compiled = self.timings.get("eager_seconds"), self.timings.get("compiled_seconds")
+        self.timings["speedup"] = eager / compiled if eager and compiled else None
+
+    def kernel_seconds(self) -> dict[str, tuple[int, float | None]]:
+        """fused node name -> (launches, mean profiled seconds per launch)."""
+        stats = getattr(self.plan, "stats", {}) or {}
+        return {
+            name: (s.launches, s.seconds / s.profiled if s.profiled else None) for name, s in stats.items()
+        }
+
+    def to_dict(self) -> dict:
+        from torchfuser import __version__
+
+        live = self.kernel_seconds()
+        kernels = []
+        for k in self.kernels:
+            launches, mean = live.get(k.node, (0, None))
+            kernels.append({
+                "name": k.name, "node": k.node, "kind": k.kind, "group": k.group, "cache_key": k.cache_key,
+                "source": k.source, "cache": k.cache, "build_seconds": k.build_seconds,
+                "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
+                "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
+            })
+        timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
+        timings["calls"] = getattr(self.plan, "calls", 0)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "torchfuser_version": __version__,
+            "title": self.title,
+            "device": self.device,
+            "graphs": dict(self.graphs),
+            "passes": [
+                {
+                    "name": p.name, "enabled": p.enabled, "modified": p.modified, "seconds": p.seconds,
+                    "stats": dict(p.stats), "graph_before": p.graph_before, "graph_after": p.graph_after,
+                }
+                for p in self.passes
+            ],
+            "kernels": kernels,
+            "fallbacks": [vars(f).copy() for f in self.fallbacks],
+            "timings": timings,
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def to_html(self) -> str:
+        from torchfuser.report_html import render_html
+
+        return render_html([self.to_dict()], title=self.title)
+
+    def summary(self) -> str:
+        """A few lines of plain text: passes, kernels, fallbacks."""
+        lines = [f"torchfuser report: {self.title}"]
+        for p in self.passes:
+            state = "on " if p.enabled else "off"
+            counts = ", ".join(f"{k}={v}" for k, v in p.stats.items())
+            lines.append(f"  pass {p.name:<22} {state} {'modified' if p.modified else 'unchanged':<9} {counts}")
+        live = self.kernel_seconds()
+        for k in self.kernels:
+            launches, mean = live.get(k.node, (0, None))
+            timing = f"{mean * 1e3:8.3f} ms" if mean is not None else "       - "
+            lines.append(f"  kernel {k.name:<26} {k.kind:<9} {k.cache:<4} {timing}  x{launches}")
+        for f in self.fallbacks:
+            lines.append(f"  fallback {f.op}: {f.reason}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"
+
+
+def provenance(meta: dict) -> dict:
+    """module / file / line / code of a node's meta, as report fields."""
+    module, module_type = module_path(meta.get("nn_module_stack"))
+    return {"module": module, "module_type": module_type, **source_location(meta.get("stack_trace"))}
