@@ -86,6 +86,9 @@ OPS: dict[str, OpDef] = {
     "logical_not": _op(1, "(!({a}))", torch.logical_not),
     "logical_and": _op(2, "(({a}) && ({b}))", torch.logical_and),
     "logical_or": _op(2, "(({a}) || ({b}))", torch.logical_or),
+    "bitwise_and": _op(2, {"f": "", "i": "({a} & {b})"}, torch.bitwise_and),
+    "bitwise_or": _op(2, {"f": "", "i": "({a} | {b})"}, torch.bitwise_or),
+    "bitwise_xor": _op(2, {"f": "", "i": "({a} ^ {b})"}, torch.bitwise_xor),
     "cast": _op(1, "(({T})({a}))", None),  # interpreted by dtype, see program_interpreter
 }
 
@@ -107,7 +110,10 @@ inline float tf_erf_float(float x) {
   q = mad(x2, q, -7.37332916720468e-03f); q = mad(x2, q, -1.42647390514189e-02f);
   return isnan(x) ? x : xc * p / q;
 }
-inline float tf_gelu_erf_float(float x) { return 0.5f * x * (1.0f + tf_erf_float(x * 0x1.6a09e6p-1f)); }
+// eager's vectorised float gelu gives NaN at +-inf (its scalar path gives inf); tensors take the vector path
+inline float tf_gelu_erf_float(float x) {
+  return isinf(x) ? NAN : 0.5f * x * (1.0f + tf_erf_float(x * 0x1.6a09e6p-1f));
+}
 inline float tf_gelu_tanh_float(float x) {
   return 0.5f * x * (1.0f + tanh(0x1.988454p-1f * (x + 0.044715f * x * x * x)));
 }

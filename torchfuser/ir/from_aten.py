@@ -122,6 +122,16 @@ def _logical(op):
     return lower
 
 
+def _bitwise(op):
+    def lower(lw: Lowerer, node):
+        dtype = dtype_name(node)
+        if is_float(dtype):
+            raise NotLowerable(f"{op} on {dtype}")
+        return lw.emit(op, tuple(lw.operand(a, dtype) for a in node.args[:2]), dtype)
+
+    return lower
+
+
 def _gelu(lw: Lowerer, node):
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     if approximate not in ("none", "tanh"):
@@ -228,6 +238,9 @@ POINTWISE = {
     aten.logical_not.default: _logical("logical_not"),
     aten.logical_and.default: _logical("logical_and"),
     aten.logical_or.default: _logical("logical_or"),
+    aten.bitwise_and.Tensor: _bitwise("bitwise_and"),
+    aten.bitwise_or.Tensor: _bitwise("bitwise_or"),
+    aten.bitwise_xor.Tensor: _bitwise("bitwise_xor"),
     aten.where.self: _where,
     aten.clamp.default: _clamp_default,
     aten.clamp_min.default: lambda lw, n: _clamp(lw, n, low=n.args[1]),

@@ -1,0 +1,43 @@
+# TorchFuser: `make demo` and `make test` each set up everything they need on a fresh machine.
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.torchfuser-installed
+TORCH       := torch==2.13.0
+DEB_PACKAGES := pocl-opencl-icd ocl-icd-libopencl1 graphviz chromium
+
+.PHONY: setup system-packages demo test bench clean
+
+setup: system-packages $(STAMP)
+
+# Debian packages: installed when missing and we are root; otherwise the exact apt line is printed.
+system-packages:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "torchfuser needs Debian packages that are missing; run:"; \
+	    echo "  sudo apt-get update && sudo apt-get install -y$$missing"; \
+	  fi; \
+	fi
+
+# torch 2.13.0 first (a CPU wheel lies on these machines; anything else would fetch a CUDA build).
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m torchfuser demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m torchfuser.bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,209 @@
+"""fuse_pointwise end to end: every lowered op alone and in chains, against eager on the same inputs."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchfuser
+from conftest import assert_close
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "sigmoid": torch.sigmoid, "silu": F.silu,
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "tanh": torch.tanh,
+    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.1), "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5), "pow2": lambda x: x**2, "pow3": lambda x: x**3,
+    "pow_half": lambda x: x.abs() ** 0.5, "pow_2_5": lambda x: x.abs() ** 2.5, "reciprocal": lambda x: 1 / (x + 4),
+    "erf": torch.erf, "clamp": lambda x: x.clamp(-0.5, 0.7), "clamp_min": lambda x: x.clamp(min=0.1),
+    "leaky_relu": F.leaky_relu, "log1p": lambda x: torch.log1p(x.abs()), "expm1": torch.expm1,
+    "sin": torch.sin, "cos": torch.cos, "floor": lambda x: torch.floor(x * 3), "round": lambda x: torch.round(x * 3),
+    "scalar_ops": lambda x: (x * 0.1 + 3) / 7 - 2.5,
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": lambda a, b: a / (b.abs() + 0.5),
+    "maximum": torch.maximum, "minimum": torch.minimum, "add_alpha": lambda a, b: torch.add(a, b, alpha=0.5),
+    "rsub": lambda a, b: 1.5 - a * b, "where": lambda a, b: torch.where(a > b, a, b * 2),
+    "eq": lambda a, b: (a.round() == b.round()).float(), "lt": lambda a, b: (a < b).to(torch.float32),
+    "ge_scalar": lambda a, b: (a >= 0.25) & (b < 0.5), "ne": lambda a, b: a.round() != b.round(),
+    "logical": lambda a, b: torch.logical_or(a > 0, torch.logical_not(b > 0)),
+}
+
+
+def compiled(fn):
+    return torchfuser.compile(fn)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_op_alone_matches_eager(name):
+    fn = UNARY[name]
+    x = torch.randn(257, 33) * 2
+    assert_close(compiled(fn)(x), fn(x))
+    assert torchfuser.last_log["pointwise_groups"] == 1
+    assert torchfuser.last_report().fallbacks == []
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_op_alone_matches_eager(name):
+    fn = BINARY[name]
+    a, b = torch.randn(2, 1031)
+    assert_close(compiled(fn)(a, b), fn(a, b))
+    assert torchfuser.last_log["pointwise_groups"] == 1
+
+
+def test_long_chain_is_one_kernel():
+    def chain(x, y, z):
+        h = F.silu(x) * y + z
+        h = torch.tanh(h) * 0.5 + torch.sigmoid(h - 1)
+        return torch.clamp(h, -0.9, 0.9) ** 2 + torch.exp(-h.abs())
+
+    x, y, z = torch.randn(3, 64, 129)
+    assert_close(compiled(chain)(x, y, z), chain(x, y, z))
+    report = torchfuser.last_report()
+    assert [k.kind for k in report.kernels] == ["pointwise"]
+    assert len(report.kernels[0].nodes) >= 10
+
+
+def test_broadcasting_inputs():
+    def fn(x, row, col, s):
+        return (x * row + col) * s
+
+    x = torch.randn(31, 17)
+    row, col, s = torch.randn(17), torch.randn(31, 1), torch.tensor(2.5)
+    assert_close(compiled(fn)(x, row, col, s), fn(x, row, col, s))
+
+
+def test_transposed_and_sliced_inputs():
+    def fn(a, b):
+        return torch.relu(a) * b + 1
+
+    base = torch.randn(64, 96)
+    a = base.t()  # (96, 64), transposed
+    b = torch.randn(96, 200)[:, ::3][:, :64]  # sliced with a step
+    assert not a.is_contiguous() and not b.is_contiguous()
+    out = compiled(fn)(a, b)
+    assert_close(out, fn(a, b))
+
+
+def test_transposed_inputs_keep_eager_strides():
+    def fn(a):
+        return torch.exp(a) + 1
+
+    a = torch.randn(40, 70).t()
+    out = compiled(fn)(a)
+    expected = fn(a)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (0,), (0, 5), (3, 0, 2), (1, 1, 1), (1000003,), ()])
+def test_odd_and_zero_sizes(shape):
+    def fn(x, y):
+        return torch.sigmoid(x) * y - 2
+
+    x, y = torch.randn(shape), torch.randn(shape)
+    out = compiled(fn)(x, y)
+    assert out.shape == torch.Size(shape)
+    assert_close(out, fn(x, y))
+
+
+def test_inf_and_nan_propagate_as_in_eager():
+    def fn(x, y):
+        return (torch.maximum(x, y), torch.minimum(x, y), torch.relu(x), x.clamp(-1, 1), torch.exp(x) * 0,
+                F.silu(x), torch.sigmoid(x), F.gelu(x), torch.tanh(x), x / y)
+
+    values = torch.tensor([0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 3.0, 1e-38, -88.0, 89.0])
+    x, y = values.repeat(len(values)), values.repeat_interleave(len(values))
+    for actual, expected in zip(compiled(fn)(x, y), fn(x, y)):
+        assert_close(actual, expected)
+
+
+def test_constants_that_differ_in_the_last_bit_give_two_kernels():
+    c1 = 0.1
+    c2 = math.nextafter(0.1, 1.0)
+    x = torch.full((1000,), 3.0, dtype=torch.float64)
+    out1 = compiled(lambda t: t * c1 + c1)(x)
+    key1 = torchfuser.last_report().kernels[0].cache_key
+    torch._dynamo.reset()
+    out2 = compiled(lambda t: t * c2 + c2)(x)
+    key2 = torchfuser.last_report().kernels[0].cache_key
+    assert key1 != key2
+    assert torch.equal(out1, x * c1 + c1) and torch.equal(out2, x * c2 + c2)
+    assert not torch.equal(out1, out2)
+    assert "0x1.999999999999ap-4" in torchfuser.last_report().kernels[0].source.replace(
+        "0x1.999999999999bp-4", "0x1.999999999999ap-4"
+    )
+
+
+def test_infinite_and_nan_constants_are_spelled_exactly():
+    fn = lambda x: torch.where(x > 0, x * math.inf, x + math.nan)  # noqa: E731
+    x = torch.randn(100)
+    assert_close(compiled(fn)(x), fn(x))
+    source = torchfuser.last_report().kernels[0].source
+    assert "INFINITY" in source and "NAN" in source
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64])
+def test_other_dtypes(dtype):
+    def fn(a, b):
+        return torch.maximum(a * 3 - b, b) + (a > b).to(dtype)
+
+    a = (torch.randn(513) * 100).to(dtype)
+    b = (torch.randn(513) * 100).to(dtype)
+    out = compiled(fn)(a, b)
+    assert out.dtype == dtype
+    assert_close(out, fn(a, b))
+
+
+def test_casts_between_dtypes():
+    def fn(x, i):
+        return (x.to(torch.int32) + i).to(torch.float32) * 0.5 + (x > 0).to(torch.float64).sum()
+
+    x = torch.randn(300) * 10
+    i = torch.randint(-5, 5, (300,), dtype=torch.int32)
+    assert_close(compiled(fn)(x, i), fn(x, i))
+
+
+def test_multiple_outputs_from_one_group():
+    def fn(x):
+        h = torch.sigmoid(x) * 2
+        return h + 1, h * h, torch.exp(h)
+
+    x = torch.randn(1000)
+    for actual, expected in zip(compiled(fn)(x), fn(x)):
+        assert_close(actual, expected)
+    assert torchfuser.last_log["pointwise_groups"] == 1
+
+
+def test_outputs_are_fresh_tensors_every_call():
+    fn = compiled(lambda x: x * 2 + 1)
+    x = torch.randn(4096)
+    first = fn(x)
+    second = fn(x)
+    assert first.data_ptr() != second.data_ptr()
+    first.zero_()
+    assert_close(second, x * 2 + 1)
+
+
+def test_sizes_beyond_32_bits_choose_64_bit_indices():
+    from torchfuser.ir.program import ProgramBuilder
+    from torchfuser.runtime.launch import PointwiseKernel
+
+    builder = ProgramBuilder(["float32"])
+    program = builder.build([builder.emit("exp", (0,), "float32")])
+    shape = (3, 2**30)
+    kernel = PointwiseKernel(program, shape, (2**30, 1), group=0)
+    huge = torch.empty(shape, device="meta")
+    assert kernel.configure([huge]).spec.index_type == "long"
+    assert kernel.configure([torch.empty(5, 7, device="meta")]).spec.index_type == "int"
+
+
+def test_64_bit_index_kernels_compute_correctly(monkeypatch):
+    import torchfuser.runtime.launch as launch
+
+    monkeypatch.setattr(launch, "INT32_MAX", 1000)  # makes a 5,000-element launch take the 64-bit path
+    fn = lambda x, y: torch.sigmoid(x) * y.t()  # noqa: E731
+    x, y = torch.randn(50, 100), torch.randn(100, 50)
+    assert_close(compiled(fn)(x, y), fn(x, y))
+    source = torchfuser.last_report().kernels[0].source
+    assert "const long n" in source
