@@ -1,0 +1,19 @@
+"""Shared test helpers: compare with eager PyTorch at the suite's tolerances; trace aten graphs."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from torchfuser.capture import DECOMPOSITIONS
+
+
+def assert_close(actual, expected, rtol=1e-4, atol=1e-5):
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def aten_graph(fn, *inputs):
+    """The core-ATen graph of fn, traced with the compiler's decompositions."""
+    return make_fx(fn, decomposition_table=DECOMPOSITIONS, tracing_mode="fake")(*inputs)
+
+
+def call_nodes(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function"]

@@ -1,0 +1,127 @@
+"""fuse_gemm_epilogue end to end: Linear / mm / addmm with bias and activations, against eager."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchfuser
+from eager_compare import assert_close
+
+ACTIVATIONS = {
+    "none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+}
+
+
+class LinearAct(nn.Module):
+    def __init__(self, k, n, act, bias=True):
+        super().__init__()
+        self.fc = nn.Linear(k, n, bias=bias)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def run(model, x):
+    with torch.no_grad():
+        expected = model(x)
+        actual = torchfuser.compile(model)(x)
+    return actual, expected
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_linear_with_each_activation_is_one_gemm_kernel(act):
+    model = LinearAct(48, 40, act).eval()
+    actual, expected = run(model, torch.randn(2, 5, 48))
+    assert_close(actual, expected)
+    report = torchfuser.last_report()
+    assert [k.kind for k in report.kernels] == ["gemm"]
+    assert report.fallbacks == []
+    assert torchfuser.last_log["gemm_epilogue"] == 1
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 7, 7), (1, 127, 769), (127, 769, 7), (769, 33, 127), (8, 768, 64)])
+def test_odd_shapes(m, k, n):
+    model = LinearAct(k, n, "gelu").eval()
+    actual, expected = run(model, torch.randn(m, k))
+    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_without_bias_then_bias_add():
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 32, bias=False)
+            self.b = nn.Parameter(torch.randn(32))
+
+        def forward(self, x):
+            return torch.relu(self.fc(x) + self.b)
+
+    actual, expected = run(Model().eval(), torch.randn(3, 10, 64))
+    assert_close(actual, expected)
+    report = torchfuser.last_report()
+    assert [k.kind for k in report.kernels] == ["gemm"]
+    assert "add" in report.kernels[0].spec and "relu" in report.kernels[0].spec
+
+
+def test_addmm_with_alpha_and_beta():
+    def fn(bias, x, w):
+        return torch.tanh(torch.addmm(bias, x, w, beta=0.5, alpha=2.0))
+
+    bias, x, w = torch.randn(1, 24), torch.randn(17, 40), torch.randn(40, 24)
+    assert_close(torchfuser.compile(fn)(bias, x, w), fn(bias, x, w))
+    assert torchfuser.last_report().kernels[0].kind == "gemm"
+
+
+def test_transposed_and_sliced_operands():
+    def fn(x, w):
+        return torch.sigmoid(x.t() @ w[:, ::2])
+
+    x, w = torch.randn(50, 30), torch.randn(50, 80)
+    assert_close(torchfuser.compile(fn)(x, w), fn(x, w))
+    assert torchfuser.last_report().kernels[0].kind == "gemm"
+
+
+def test_activation_input_used_elsewhere_is_not_absorbed():
+    def fn(x, w):
+        h = x @ w
+        return torch.relu(h) + h
+
+    x, w = torch.randn(9, 16), torch.randn(16, 12)
+    assert_close(torchfuser.compile(fn)(x, w), fn(x, w))
+    stats = {p.name: p.stats for p in torchfuser.last_report().passes}
+    assert stats["fuse_gemm_epilogue"]["activations_fused"] == 0
+
+
+def test_mlp_block_matches_eager_and_fuses_everything():
+    model = nn.Sequential(nn.LayerNorm(96), nn.Linear(96, 384), nn.GELU(), nn.Linear(384, 96)).eval()
+    x = torch.randn(4, 16, 96)
+    actual, expected = run(model, x)
+    assert_close(actual, expected, atol=1e-4)
+    kinds = sorted(k.kind for k in torchfuser.last_report().kernels)
+    assert kinds.count("gemm") == 2
+
+
+def test_disabling_the_gemm_pass_leaves_addmm_to_pytorch():
+    model = LinearAct(32, 16, "relu").eval()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        out = torchfuser.compile(model, disable=["fuse_gemm_epilogue"])(x)
+    assert_close(out, model(x))
+    report = torchfuser.last_report()
+    assert "aten.addmm.default" in [f.op for f in report.fallbacks]
+    assert all(k.kind == "pointwise" for k in report.kernels)  # relu alone still fuses
+
+
+def test_manual_linear_act_op():
+    x, w, b = torch.randn(3, 7, 20), torch.randn(12, 20), torch.randn(12)
+    out = torch.ops.torchfuser.linear_act(x, w, b, "silu")
+    assert_close(out, F.silu(F.linear(x, w, b)))
+    out = torch.ops.torchfuser.linear_act(x, w.t().contiguous(), None, "none", trans_b=False)
+    assert_close(out, F.linear(x, w))
+    with pytest.raises(ValueError, match="act must be one of"):
+        torch.ops.torchfuser.linear_act(x, w, b, "swish")
+    with pytest.raises(ValueError, match="features"):
+        torch.ops.torchfuser.linear_act(x, w.t(), b, "relu")
