@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildDisplayGraph, moduleEntries, toDisplayed, topLevelModules } from '../view/collapse';
-import { dotQuote, nodeFillColors, parseAttributeList } from '../view/dot_text';
+import { dotQuote, nodeFillColors, parseAttributeList, tunedForSize, withGraphAttributes } from '../view/dot_text';
 import { findCounterparts, GraphIndex } from '../view/graph_index';
 import { normalizeBundle, type Graph } from '../view/schema';
 import { matchNodes } from '../view/search';
@@ -114,5 +114,11 @@ describe('DOT text', () => {
   });
   it('skips brackets inside strings', () => {
     expect(nodeFillColors('digraph { "a" [id="a[0]", label="]", fillcolor="red"]; }').get('a[0]')).toBe('red');
+  });
+  it('adds layout settings after the first brace outside strings, only for large graphs', () => {
+    expect(withGraphAttributes('digraph "a{b" { x; }', 'nslimit=2;')).toBe('digraph "a{b" { nslimit=2; x; }');
+    expect(tunedForSize('digraph { x; }', 10)).toBe('digraph { x; }');
+    expect(tunedForSize('digraph { x; }', 800)).toContain('mclimit=0.2;');
+    expect(tunedForSize('digraph { x; }', 2000)).toContain('mclimit=0.1;');
   });
 });

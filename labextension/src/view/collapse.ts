@@ -3,7 +3,7 @@
  * drawn graph; edges are rerouted to it. With nothing collapsed, the
  * compiler's own DOT is drawn unchanged.
  */
-import { dotQuote, nodeFillColors } from './dot_text';
+import { dotQuote, nodeFillColors, tunedForSize } from './dot_text';
 import { formatLocation, formatShape } from './format';
 import type { Graph, GraphNode } from './schema';
 
@@ -144,7 +144,7 @@ export function buildDisplayGraph(graph: Graph, collapsed: Set<string>): Display
     }
   }
   if (members.size === 0 && graph.dot) {
-    return { dot: graph.dot, representative, members };
+    return { dot: tunedForSize(graph.dot, graph.nodes.length), representative, members };
   }
   const fills = nodeFillColors(graph.dot);
   const lines = [
@@ -187,7 +187,15 @@ export function buildDisplayGraph(graph: Graph, collapsed: Set<string>): Display
     }
   }
   lines.push('}');
-  return { dot: lines.join('\n'), representative, members };
+  return { dot: tunedForSize(lines.join('\n'), representative.size - drawnCount(members)), representative, members };
+}
+
+function drawnCount(members: Map<string, string[]>): number {
+  let hidden = 0;
+  for (const ids of members.values()) {
+    hidden += ids.length - 1;
+  }
+  return hidden;
 }
 
 /** Drawn ids for raw ids (a node inside a collapsed module maps to the module box). */

@@ -189,7 +189,8 @@ export class ExplorerView {
         this.headerSlot.append(selector);
       }
       this.kernelSlot.append(renderKernelTable(report, name => this.selectKernel(name)));
-      this.timingSlot.append(renderTimingBar(report, name => this.kernelColor(name), name => this.selectKernel(name)));
+      const colors = this.kernelColors(report);
+      this.timingSlot.append(renderTimingBar(report, name => colors.get(name), name => this.selectKernel(name)));
       const fallbacks = renderFallbacks(report);
       if (fallbacks) {
         this.fallbackSlot.append(fallbacks);
@@ -366,23 +367,23 @@ export class ExplorerView {
     this.toolbar.setMatchCount(counts.before, counts.after, active);
   }
 
-  /** Fill colour of a kernel's node in any graph of the report (DOT carries the group colours). */
-  private kernelColor(name: string): string | undefined {
-    const report = this.report;
-    if (!report) {
-      return undefined;
-    }
+  /** Fill colour of each kernel's node (DOT carries the group colours); one DOT scan per graph. */
+  private kernelColors(report: Report): Map<string, string> {
+    const colors = new Map<string, string>();
     const graphs = [...report.passes.map(p => p.graph_after), report.graphs.aten].filter((g): g is Graph => !!g);
     for (const graph of graphs) {
-      const node = graph.nodes.find(n => n.kernel === name);
-      if (node) {
-        const color = nodeFillColors(graph.dot).get(node.id);
-        if (color) {
-          return color;
+      if (!graph.nodes.some(n => n.kernel && !colors.has(n.kernel))) {
+        continue;
+      }
+      const fills = nodeFillColors(graph.dot);
+      for (const node of graph.nodes) {
+        const fill = fills.get(node.id);
+        if (node.kernel && fill && !colors.has(node.kernel)) {
+          colors.set(node.kernel, fill);
         }
       }
     }
-    return undefined;
+    return colors;
   }
 
   dispose(): void {

@@ -57,9 +57,7 @@ export function parseSafeSvg(svgText: string, ownerDocument: Document = document
   if (!root || root.localName !== 'svg' || parsed.getElementsByTagName('parsererror').length > 0) {
     throw new Error('Graphviz returned something that is not SVG');
   }
+  // Clean before the nodes ever belong to the live document; adopting moves them without a copy.
   sanitizeSvgTree(root);
-  const adopted = ownerDocument.importNode(root, true) as unknown as SVGSVGElement;
-  // Sanitise the copy too: importNode must not be trusted to drop anything.
-  sanitizeSvgTree(adopted);
-  return adopted;
+  return ownerDocument.adoptNode(root) as unknown as SVGSVGElement;
 }
