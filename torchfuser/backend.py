@@ -53,7 +53,12 @@ torchfuser_backend = make_backend()
 
 def register() -> None:
     """Make torch.compile(backend="torchfuser") work (the entry point does it too, without any import)."""
+    from importlib.metadata import entry_points
+
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
+    # An installed package is found through its entry point; registering as well would be a duplicate.
+    if "torchfuser" in entry_points(group="torch_dynamo_backends").names:
+        return
     if "torchfuser" not in _COMPILER_FNS:
         register_backend(torchfuser_backend, name="torchfuser")

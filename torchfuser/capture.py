@@ -7,6 +7,7 @@ are needed, hands us a backward graph that takes the same passes.
 
 from __future__ import annotations
 
+import os
 import traceback
 
 import torch
@@ -24,12 +25,14 @@ class CaptureError(RuntimeError):
     """The model could not be turned into a graph; the message says what and where."""
 
 
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+
+
 def user_frame(error: BaseException) -> str:
     """'file:line in function: code' of the innermost frame outside torch and torchfuser."""
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
-        path = frame.filename.replace("\\", "/")
-        if "/torch/" not in path and "/torchfuser/" not in path:
+        if not os.path.abspath(frame.filename).startswith(_LIBRARY_DIRS):
             return f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
     return "unknown location"
 

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import operator
 import time
+import warnings
 
 import torch
 import torch.fx as fx
@@ -123,7 +124,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport) -> f
             plan.fallback_nodes[node.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
             report.fallbacks.append(FallbackEntry(target.__name__, node.name, plan.fallback_nodes[node.name],
                                                   **_where(node)))
-            logger.warning("torchfuser: %s; %s runs in PyTorch", error, node.name)
+            warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch", RuntimeWarning, stacklevel=2)
             continue
         plan.built[launch.spec] = built
         seconds = built.build_seconds if status != "hit" else 0.0

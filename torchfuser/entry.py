@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -58,4 +59,13 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs=None, disable=(), device
 
 
 def _compile_now(gm, example_inputs, disable, device):
-    return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=type(gm).__name__)
+    """aot_autograd wants tuple outputs: a graph returning one value is given a 1-tuple, and unwrapped."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    if single:
+        gm = copy.deepcopy(gm)
+        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        output.args = ((output.args[0],),)
+        gm.recompile()
+    compiled = lower_and_compile(gm, example_inputs, disable=disable, device=device, title=type(gm).__name__)
+    return (lambda *args: compiled(*args)[0]) if single else compiled

@@ -141,6 +141,10 @@ def get_device(wanted: str | None = None) -> Device | None:
     import pyopencl as cl
 
     index, cl_device = _choose(devices, wanted)
+    same = next((d for d in _devices.values() if d is not None and d.index == index), None)
+    if same is not None:  # one context per physical device, however it was named
+        _devices[key] = same
+        return same
     context = cl.Context([cl_device])
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     device = Device(cl_device, context, queue, index)
