@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildDisplayGraph, moduleEntries, toDisplayed, topLevelModules } from '../view/collapse';
 import { dotQuote, nodeFillColors, parseAttributeList, tunedForSize, withGraphAttributes } from '../view/dot_text';
-import { findCounterparts, GraphIndex } from '../view/graph_index';
+import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from '../view/graph_index';
 import { normalizeBundle, type Graph } from '../view/schema';
 import { matchNodes } from '../view/search';
 import { loadFixture } from './helpers';
@@ -120,5 +120,20 @@ describe('DOT text', () => {
     expect(tunedForSize('digraph { x; }', 10)).toBe('digraph { x; }');
     expect(tunedForSize('digraph { x; }', 800)).toContain('mclimit=0.2;');
     expect(tunedForSize('digraph { x; }', 2000)).toContain('mclimit=0.1;');
+  });
+});
+
+describe('kernel nodes named before codegen', () => {
+  // The core may name a kernel node after its group (tf_gemm_group0) and the kernel record
+  // after its cache key (tf_gemm_a2861…): the fused group ties them together.
+  const renamed = normalizeBundle(loadFixture('mlp_bundle.json')).reports[0];
+  renamed.kernels = renamed.kernels.map(k => ({ ...k, name: `${k.name}_cachekey` }));
+  const afterIndex = new GraphIndex(renamed.passes[0].graph_after!);
+  const beforeIndex = new GraphIndex(renamed.passes[0].graph_before!);
+
+  it('finds the kernel record and the kernel node through the group', () => {
+    expect(kernelForNode(afterIndex.byId.get('tf_gemm_0'), renamed.kernels)?.name).toBe('tf_gemm_0_cachekey');
+    expect(kernelNodeIds(afterIndex, renamed.kernels[1])).toEqual(['tf_gemm_1']);
+    expect(findCounterparts('tf_gemm_0', afterIndex, beforeIndex, renamed.kernels)).toEqual(new Set(['t', 'addmm', 'gelu']));
   });
 });

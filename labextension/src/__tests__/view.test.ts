@@ -225,3 +225,16 @@ describe('explorer view: passes and hosts', () => {
     expect(nodeIds('after')).toContain('tf_gemm_0');
   });
 });
+
+describe('a report produced by the core (torchfuser explorer.show on an MLP)', () => {
+  it('draws, and a click on a kernel node shows its OpenCL source', async () => {
+    await mount('core_mlp_bundle.json');
+    const kernels = qa('.jp-torchfuser-graph[data-side="after"] g.node.jp-torchfuser-kernel');
+    expect(kernels.length).toBeGreaterThanOrEqual(2);
+    (kernels[0].querySelector('text') as SVGElement).dispatchEvent(new MouseEvent('click', { bubbles: true }));
+    const pane = q('.jp-torchfuser-source')!;
+    expect(pane.getAttribute('data-state')).toBe('kernel');
+    expect(pane.textContent).toContain('__kernel');
+    expect(pane.querySelector('.jp-torchfuser-cache[data-status]')).not.toBeNull();
+  });
+});

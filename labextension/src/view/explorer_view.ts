@@ -6,7 +6,7 @@
 import { buildDisplayGraph, moduleEntries, MODULE_NODE_PREFIX, toDisplayed, toRaw, topLevelModules, type DisplayGraph } from './collapse';
 import { clear, el } from './dom';
 import { nodeFillColors } from './dot_text';
-import { findCounterparts, GraphIndex } from './graph_index';
+import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from './graph_index';
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
 import { PassList, WHOLE_PIPELINE } from './pass_list';
@@ -299,8 +299,9 @@ export class ExplorerView {
     if (!node) {
       return;
     }
-    if (node.kernel && this.report?.kernels.some(k => k.name === node.kernel)) {
-      this.selectKernel(node.kernel);
+    const kernel = kernelForNode(node, this.report?.kernels ?? []);
+    if (kernel) {
+      this.selectKernel(kernel.name);
       return;
     }
     this.selectedKernel = null;
@@ -327,7 +328,7 @@ export class ExplorerView {
       const state = this.sides[side];
       let ids: Set<string> = new Set();
       if (kernel && state.index && state.display) {
-        const raw = new Set([...(state.index.byKernel.get(kernel.name) ?? [])]);
+        const raw = new Set(kernelNodeIds(state.index, kernel));
         if (raw.size === 0) {
           for (const id of kernel.nodes ?? []) {
             if (state.index.has(id)) {
@@ -372,14 +373,15 @@ export class ExplorerView {
     const colors = new Map<string, string>();
     const graphs = [...report.passes.map(p => p.graph_after), report.graphs.aten].filter((g): g is Graph => !!g);
     for (const graph of graphs) {
-      if (!graph.nodes.some(n => n.kernel && !colors.has(n.kernel))) {
+      if (!graph.nodes.some(n => n.kernel)) {
         continue;
       }
       const fills = nodeFillColors(graph.dot);
       for (const node of graph.nodes) {
         const fill = fills.get(node.id);
-        if (node.kernel && fill && !colors.has(node.kernel)) {
-          colors.set(node.kernel, fill);
+        const name = kernelForNode(node, report.kernels)?.name;
+        if (name && fill && !colors.has(name)) {
+          colors.set(name, fill);
         }
       }
     }

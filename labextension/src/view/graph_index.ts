@@ -36,12 +36,43 @@ function pushTo<K>(map: Map<K, string[]>, key: K, value: string): void {
   }
 }
 
+/**
+ * The kernel record behind a kernel node: by name, else by fused group (the
+ * name on the node can be a placeholder given before codegen named the kernel).
+ */
+export function kernelForNode(node: GraphNode | undefined, kernels: Kernel[]): Kernel | undefined {
+  if (!node?.kernel) {
+    return undefined;
+  }
+  return (
+    kernels.find(k => k.name === node.kernel) ??
+    (node.group === null || node.group === undefined ? undefined : kernels.find(k => k.group === node.group))
+  );
+}
+
+/** Ids of the kernel nodes in `index` that stand for `kernel`. */
+export function kernelNodeIds(index: GraphIndex, kernel: Kernel): string[] {
+  const byName = index.byKernel.get(kernel.name);
+  if (byName?.length) {
+    return byName;
+  }
+  if (kernel.group === null || kernel.group === undefined) {
+    return [];
+  }
+  return (index.byGroup.get(kernel.group) ?? []).filter(id => index.byId.get(id)?.kernel);
+}
+
 /** Maps a covered node id to the kernels that cover it (kernel.nodes). */
-export function coveringKernels(kernels: Kernel[]): Map<string, string[]> {
-  const result = new Map<string, string[]>();
+export function coveringKernels(kernels: Kernel[]): Map<string, Kernel[]> {
+  const result = new Map<string, Kernel[]>();
   for (const kernel of kernels) {
     for (const id of kernel.nodes ?? []) {
-      pushTo(result, id, kernel.name);
+      const list = result.get(id);
+      if (list) {
+        list.push(kernel);
+      } else {
+        result.set(id, [kernel]);
+      }
     }
   }
   return result;
@@ -72,7 +103,7 @@ export function findCounterparts(
   }
   // A kernel node pairs with the nodes it covers...
   if (node.kernel) {
-    const kernel = kernels.find(k => k.name === node.kernel);
+    const kernel = kernelForNode(node, kernels);
     for (const id of kernel?.nodes ?? []) {
       if (to.has(id)) {
         result.add(id);
@@ -80,8 +111,8 @@ export function findCounterparts(
     }
   }
   // ...and a covered node pairs with its kernel node.
-  for (const kernelName of coveringKernels(kernels).get(nodeId) ?? []) {
-    for (const id of to.byKernel.get(kernelName) ?? []) {
+  for (const kernel of coveringKernels(kernels).get(nodeId) ?? []) {
+    for (const id of kernelNodeIds(to, kernel)) {
       result.add(id);
     }
   }
