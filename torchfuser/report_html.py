@@ -97,9 +97,13 @@ def _cache_counts(kernels: Iterable[dict]) -> dict[str, int]:
     return counts
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def render_text(reports: list[dict]) -> str:
     """A few plain lines: passes, kernels with cache status, fallbacks, speedup (the text/plain view)."""
-    lines = [f"TorchFuser: {len(reports)} compiled graph{'s' if len(reports) != 1 else ''}"]
+    lines = [f"TorchFuser: {_count(len(reports), 'compiled graph')}"]
     for report in reports:
         passes = report.get("passes") or []
         on = [p.get("name", "?") + ("*" if p.get("modified") else "") for p in passes if p.get("enabled")]
@@ -109,8 +113,8 @@ def render_text(reports: list[dict]) -> str:
         timings = report.get("timings") or {}
         line = (f"- {report.get('title') or 'graph'}: passes on [{', '.join(on)}]"
                 + (f" off [{', '.join(off)}]" if off else "")
-                + f"; {len(kernels)} kernels" + (f" ({cache})" if cache else "")
-                + f"; {len(report.get('fallbacks') or [])} fallbacks")
+                + f"; {_count(len(kernels), 'kernel')}" + (f" ({cache})" if cache else "")
+                + f"; {_count(len(report.get('fallbacks') or []), 'fallback')}")
         if _is_number(timings.get("speedup")):
             line += (f"; speedup {format_speedup(timings['speedup'])} (eager {format_seconds(timings.get('eager_seconds'))}"
                      f", compiled {format_seconds(timings.get('compiled_seconds'))})")

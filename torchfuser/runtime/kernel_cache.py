@@ -42,6 +42,7 @@ class BuiltKernel:
     kernel: object  # cl.Kernel, created once and reused
     status: str  # how it was obtained the first time in this process: miss | disk
     build_seconds: float
+    typed: bool = False  # scalar argument dtypes declared to pyopencl
 
 
 def cache_dir() -> Path:

@@ -1,0 +1,114 @@
+"""`python -m torchfuser.bench`: eager vs torchfuser vs inductor, one process, interleaved, medians.
+
+Quote the ratio columns: these machines are noisy, ratios measured side by side are not. Fused kernels are
+also compared with the copy bandwidth of the same run (a copy compiled by torchfuser: same device, same
+runtime), from the kernels' profiled times in the CompileReport.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import torchfuser
+from torchfuser.timing import interleaved_medians
+
+SIZES = {"1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24}
+
+
+def silu_mul_add(x, y, z):
+    return F.silu(x) * y + z
+
+
+def gelu_affine(x, w, b):
+    return F.gelu(x * w + b)
+
+
+def copy(x):
+    return x.clone()
+
+
+WORKLOADS = {"silu(x)*y+z": silu_mul_add, "gelu(x*w+b)": gelu_affine}
+
+
+def kernel_bandwidth(report, inputs, output) -> float | None:
+    """Bytes moved per call / summed profiled kernel time per call (from the report)."""
+    seconds = sum(k["mean_seconds"] or 0.0 for k in report.to_dict()["kernels"])
+    moved = sum(t.numel() * t.element_size() for t in inputs) + output.numel() * output.element_size()
+    return moved / seconds if seconds else None
+
+
+def run_pointwise(name: str, fn, n: int, repeats: int, inductor: bool) -> dict:
+    inputs = [torch.randn(n) for _ in range(fn.__code__.co_argcount)]
+    fused = torchfuser.compile(fn)
+    fused(*inputs)
+    report = torchfuser.last_report()
+    candidates = {"eager": lambda: fn(*inputs), "torchfuser": lambda: fused(*inputs)}
+    if inductor:
+        compiled = torch.compile(fn)
+        compiled(*inputs)
+        candidates["inductor"] = lambda: compiled(*inputs)
+    torch.testing.assert_close(fused(*inputs), fn(*inputs), rtol=1e-4, atol=1e-5)
+    report.plan.stats.clear()  # steady state only: the first calls fault in fresh pages
+    medians = interleaved_medians(candidates, repeats=repeats)
+    return {"name": name, "n": n, "medians": medians, "bandwidth": kernel_bandwidth(report, inputs, fused(*inputs))}
+
+
+def format_rows(rows: list[dict], copy_bw: dict) -> str:
+    head = (f"{'workload':<14}{'size':>6}{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}"
+            f"{'x eager':>9}{'x inductor':>12}{'kernel GB/s':>13}{'% of copy':>11}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        m = r["medians"]
+        ind = m.get("inductor")
+        size = next(k for k, v in SIZES.items() if v == r["n"]) if r["n"] in SIZES.values() else str(r["n"])
+        bw, copy = r["bandwidth"], copy_bw.get(r["n"])
+        lines.append(
+            f"{r['name']:<14}{size:>6}{m['eager'] * 1e3:>10.3f}{(ind or 0) * 1e3:>13.3f}{m['torchfuser'] * 1e3:>15.3f}"
+            f"{m['eager'] / m['torchfuser']:>9.2f}{(ind / m['torchfuser'] if ind else float('nan')):>12.2f}"
+            f"{(bw or 0) / 1e9:>13.1f}{(100 * bw / copy if bw and copy else float('nan')):>10.0f}%"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchfuser.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1M,16M", help=f"comma-separated, among {','.join(SIZES)}")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds per measurement")
+    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile's default backend")
+    args = parser.parse_args(argv)
+    sizes = [SIZES[s.strip()] for s in args.sizes.split(",")]
+    torch.set_grad_enabled(False)
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+    report_device = None
+    copy_bw = {}
+    rows = []
+    for n in sizes:
+        x = torch.randn(n)
+        fused_copy = torchfuser.compile(copy)
+        for _ in range(3):
+            fused_copy(x)
+        report_device = torchfuser.last_report().device
+        torchfuser.last_report().plan.stats.clear()
+        for _ in range(args.repeats):
+            fused_copy(x)
+        copy_bw[n] = kernel_bandwidth(torchfuser.last_report(), [x], x)
+        torch._dynamo.reset()
+        for name, fn in WORKLOADS.items():
+            rows.append(run_pointwise(name, fn, n, args.repeats, not args.no_inductor))
+            torch._dynamo.reset()
+    device = report_device["name"] if report_device else "no OpenCL device"
+    print(f"torchfuser {torchfuser.__version__} on {device}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("medians of interleaved runs; 'x eager' = eager time / torchfuser time (higher is better)\n")
+    print(format_rows(rows, copy_bw))
+    print("\ncopy bandwidth (OpenCL copy kernel, profiled, same run): "
+          + ", ".join(f"{k}: {copy_bw[v] / 1e9:.1f} GB/s" for k, v in SIZES.items() if v in copy_bw and copy_bw[v]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
