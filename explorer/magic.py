@@ -62,8 +62,8 @@ class TorchfuseMagics(Magics):
         except CellSyntaxError as error:
             raise UsageError(str(error)) from None
         run = CellRun(source=source, namespace=self.shell.user_ns, filename=filename, device=args.device,
-                      bench_runs=args.bench)
-        widget = ExplorerWidget(run, pipeline=pipeline, enabled_passes=enabled, title="%%torchfuse cell")
+                      bench_runs=args.bench, title=f"In[{self.shell.execution_count}]")
+        widget = ExplorerWidget(run, pipeline=pipeline, enabled_passes=enabled, title=f"%%torchfuse In[{self.shell.execution_count}]")
         widget.rerun()
         if args.html:
             widget.save_html(args.html)

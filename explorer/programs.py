@@ -68,6 +68,22 @@ def _no_grad() -> contextlib.AbstractContextManager:
     return torch.no_grad()
 
 
+def fresh_entry(target: Callable, serial: int) -> Callable:
+    """`target(*args)` behind a new code object.
+
+    Dynamo keeps its compiled code per code object and gives up after `recompile_limit` (8)
+    entries; every re-run compiles with another backend, so re-running `target` itself would
+    silently fall back to eager after a few toggles. Dynamo starts at this wrapper's fresh code
+    and inlines the model, so each run starts with an empty cache.
+    """
+    def explore(*args):
+        return target(*args)
+
+    explore.__code__ = explore.__code__.replace(co_name=f"explore_{serial}")
+    explore.__name__ = getattr(target, "__name__", None) or type(target).__name__  # the report's title
+    return explore
+
+
 @dataclass
 class ModelProgram:
     """A model or function with example inputs, run for inference (under torch.no_grad)."""
@@ -76,10 +92,13 @@ class ModelProgram:
     device: str | None = None
     timing_runs: int = DEFAULT_TIMING_RUNS
     outputs: object = None
+    runs: int = 0
 
     def run(self, disabled: Sequence[str]) -> list[Any]:
         core = compiler()
-        compiled = core.compile(self.target, disable=tuple(disabled), device=self.device)
+        self.runs += 1
+        entry = fresh_entry(self.target, self.runs)
+        compiled = core.compile(entry, disable=tuple(disabled), device=self.device)
         with _no_grad():
             with core.collect_reports() as reports:
                 self.outputs = compiled(*self.inputs)
@@ -96,6 +115,7 @@ class CellRun:
     source: str
     namespace: MutableMapping[str, object]
     filename: str = "<torchfuse-cell>"
+    title: str = "cell"
     device: str | None = None
     bench_runs: int = 0
     last_value: object = None
@@ -106,6 +126,7 @@ class CellRun:
         # A fresh function (and code object) per run, so Dynamo's per-code cache doesn't pile up
         # one entry per re-run.
         program = build_cell_program(self.source, self.namespace, self.filename)
+        program.function.__name__ = self.title  # the compiler titles its reports after it
         if self._arguments is None:
             self._arguments = program.arguments(self.namespace)
         compiled = core.compile(program.function, disable=tuple(disabled), device=self.device)

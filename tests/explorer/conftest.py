@@ -31,4 +31,5 @@ def shell():
     names_before = set(ip.user_ns)
     yield ip
     for name in set(ip.user_ns) - names_before:
-        del ip.user_ns[name]
+        if not name.startswith("__"):  # Dynamo removes its own `__builtins_dict___N` globals itself
+            del ip.user_ns[name]
