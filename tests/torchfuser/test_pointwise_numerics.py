@@ -208,3 +208,17 @@ def test_64_bit_index_kernels_compute_correctly(monkeypatch):
     assert_close(compiled(fn)(x, y), fn(x, y))
     source = torchfuser.last_report().kernels[0].source
     assert "const long n" in source
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [15, 16, 17, 4099])
+def test_vector_path_and_its_scalar_tail(dtype, n):
+    def fn(x, y):
+        return torch.maximum(F.gelu(x) * torch.erf(y), F.silu(y)).clamp(max=0.75) + torch.exp(-x.abs())
+
+    x, y = torch.randn(2, n, dtype=dtype)
+    x[0], y[-1] = math.nan, math.inf
+    assert_close(compiled(fn)(x, y), fn(x, y))
+    (kernel,) = torchfuser.last_report().kernels
+    width = 16 if dtype == torch.float32 else 8
+    assert f"vload{width}" in kernel.source and "vector=" + str(width) in kernel.spec

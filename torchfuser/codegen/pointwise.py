@@ -1,53 +1,87 @@
 """PointwiseSpec → OpenCL C.
 
-Each work-item computes `items_per_thread` consecutive elements of the (collapsed, output-ordered)
-iteration space. Contiguous inputs index with the linear index (PoCL vectorises across work-items), scalar
-inputs are loaded once, strided inputs decompose the index into coordinates.
+Scalar path: each work-item computes `items_per_thread` consecutive elements of the (collapsed,
+output-ordered) iteration space; contiguous inputs index with the linear index, scalar inputs are loaded
+once, strided inputs decompose the index into coordinates.
+Vector path (all inputs contiguous or scalar, one floating type): each work-item loads, computes and
+stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
+scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
 """
 
 from __future__ import annotations
 
-from torchfuser.codegen.pointwise_ops import C_TYPES
+from torchfuser.codegen.pointwise_ops import C_TYPES, vector_type
 from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements
-from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, PointwiseSpec
+from torchfuser.ir.specs import CONTIGUOUS, SCALAR, PointwiseSpec
 
 
-def pointwise_source(spec: PointwiseSpec) -> str:
+def _parameters(spec: PointwiseSpec) -> list[str]:
     program, idx = spec.program, spec.index_type
-    params, loads, hoisted = [], [], []
-    for i, (dtype, layout) in enumerate(zip(program.input_dtypes, spec.layouts)):
-        c_type = C_TYPES[dtype]
-        params.append(f"__global const {c_type}* restrict in{i}, const {idx} off{i}")
-        if layout == SCALAR:
-            hoisted.append(f"const {c_type} x{i} = in{i}[off{i}];")
-        elif layout == CONTIGUOUS:
-            loads.append(f"const {c_type} x{i} = in{i}[off{i} + i];")
-        else:
-            offset = " + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0"
-            loads.append(f"const {c_type} x{i} = in{i}[off{i} + {offset}];")
-    for j, dtype in enumerate(program.output_dtypes):
-        params.append(f"__global {C_TYPES[dtype]}* restrict out{j}")
+    params = [f"__global const {C_TYPES[d]}* restrict in{i}, const {idx} off{i}"
+              for i, d in enumerate(program.input_dtypes)]
+    params += [f"__global {C_TYPES[d]}* restrict out{j}" for j, d in enumerate(program.output_dtypes)]
     params.append(f"const {idx} n")
-    strided = [i for i, layout in enumerate(spec.layouts) if layout == STRIDED]
+    strided = [i for i, layout in enumerate(spec.layouts) if layout not in (CONTIGUOUS, SCALAR)]
     if strided:
         params += [f"const {idx} size{d}" for d in range(spec.ndim)]
         params += [f"const {idx} st{i}_{d}" for i in strided for d in range(spec.ndim)]
+    return params
 
+
+def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
+    """for i in [start, end): load, compute, store, one element at a time."""
+    program, idx = spec.program, spec.index_type
+    loads = []
+    for i, (dtype, layout) in enumerate(zip(program.input_dtypes, spec.layouts)):
+        if layout == SCALAR:
+            index = f"off{i}"
+        elif layout == CONTIGUOUS:
+            index = f"off{i} + i"
+        else:
+            index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
+        loads.append(f"const {C_TYPES[dtype]} x{i} = in{i}[{index}];")
+    strided = any(layout not in (CONTIGUOUS, SCALAR) for layout in spec.layouts)
+    coords = _coordinate_lines(spec.ndim, idx) if strided else []
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)])
     stores = [f"out{j}[i] = {name};" for j, name in enumerate(outputs)]
-    coords = _coordinate_lines(spec.ndim, idx) if strided else []
     inner = "\n    ".join(coords + loads + body + stores)
-    hoist = "\n  ".join(hoisted)
-    return f"""{PREAMBLE}{helpers_for([program])}
+    return [f"for ({idx} i = {start}; i < {end}; ++i) {{", f"    {inner}", "}"]
+
+
+def _vector_block(spec: PointwiseSpec) -> list[str]:
+    program, width = spec.program, spec.vector_width
+    loads = []
+    for i, (dtype, layout) in enumerate(zip(program.input_dtypes, spec.layouts)):
+        vtype = vector_type(dtype, width)
+        value = f"({vtype})(in{i}[off{i}])" if layout == SCALAR else f"vload{width}(0, in{i} + off{i} + base)"
+        loads.append(f"const {vtype} x{i} = {value};")
+    body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=width)
+    stores = [f"vstore{width}({name}, 0, out{j} + base);" for j, name in enumerate(outputs)]
+    return loads + body + stores
+
+
+def pointwise_source(spec: PointwiseSpec) -> str:
+    idx, per_item = spec.index_type, spec.elements_per_item
+    params = (",\n    ").join(_parameters(spec))
+    if spec.vector_width > 1:
+        vector = "\n    ".join(_vector_block(spec))
+        tail = "\n    ".join(_scalar_loop(spec, "base", "n"))
+        body = f"""  const {idx} base = ({idx})get_global_id(0) * {per_item};
+  if (base + {per_item} <= n) {{
+    {vector}
+  }} else {{
+    {tail}
+  }}"""
+    else:
+        loop = "\n  ".join(_scalar_loop(spec, "start", "end"))
+        body = f"""  const {idx} start = ({idx})get_global_id(0) * {per_item};
+  const {idx} end = start + {per_item} < n ? start + {per_item} : n;
+  {loop}"""
+    return f"""{PREAMBLE}{helpers_for([spec.program], spec.vector_width)}
 __kernel void {spec.kernel_name}(
-    {(","+chr(10)+"    ").join(params)})
+    {params})
 {{
-  const {idx} start = ({idx})get_global_id(0) * {spec.items_per_thread};
-  const {idx} end = start + {spec.items_per_thread} < n ? start + {spec.items_per_thread} : n;
-  {hoist}
-  for ({idx} i = start; i < end; ++i) {{
-    {inner}
-  }}
+{body}
 }}
 """
 

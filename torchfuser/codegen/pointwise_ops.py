@@ -92,54 +92,71 @@ OPS: dict[str, OpDef] = {
     "cast": _op(1, "(({T})({a}))", None),  # interpreted by dtype, see program_interpreter
 }
 
-# Helpers referenced by the templates, emitted once per kernel for the C types it uses.
-# erf: the rational approximation used by Eigen/XLA (accurate to float32); PoCL's erf is very slow.
-HELPERS_C = {
+# Helpers referenced by the templates, emitted once per kernel for each C type it uses (TYPE is the scalar
+# or vector type, e.g. float or float16). erf: the rational approximation used by Eigen/XLA (accurate to
+# float32); PoCL's built-in erf is very slow.
+_HELPER_TEMPLATES = {
     "float": """
-inline float tf_maximum_float(float a, float b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
-inline float tf_minimum_float(float a, float b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
-inline float tf_erf_float(float x) {
-  float xc = clamp(x, -4.0f, 4.0f);
-  float x2 = xc * xc;
-  float p = -2.72614225801306e-10f;
-  p = mad(x2, p, 2.77068142495902e-08f); p = mad(x2, p, -2.10102402082508e-06f);
-  p = mad(x2, p, -5.69250639462346e-05f); p = mad(x2, p, -7.34990630326855e-04f);
-  p = mad(x2, p, -2.95459980854025e-03f); p = mad(x2, p, -1.60960333262415e-02f);
-  float q = -1.45660718464996e-05f;
-  q = mad(x2, q, -2.13374055278905e-04f); q = mad(x2, q, -1.68282697438203e-03f);
-  q = mad(x2, q, -7.37332916720468e-03f); q = mad(x2, q, -1.42647390514189e-02f);
+inline TYPE tf_maximum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
+inline TYPE tf_minimum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
+inline TYPE tf_erf_TYPE(TYPE x) {
+  TYPE xc = clamp(x, (TYPE)-4.0f, (TYPE)4.0f);
+  TYPE x2 = xc * xc;
+  TYPE p = (TYPE)-2.72614225801306e-10f;
+  p = mad(x2, p, (TYPE)2.77068142495902e-08f); p = mad(x2, p, (TYPE)-2.10102402082508e-06f);
+  p = mad(x2, p, (TYPE)-5.69250639462346e-05f); p = mad(x2, p, (TYPE)-7.34990630326855e-04f);
+  p = mad(x2, p, (TYPE)-2.95459980854025e-03f); p = mad(x2, p, (TYPE)-1.60960333262415e-02f);
+  TYPE q = (TYPE)-1.45660718464996e-05f;
+  q = mad(x2, q, (TYPE)-2.13374055278905e-04f); q = mad(x2, q, (TYPE)-1.68282697438203e-03f);
+  q = mad(x2, q, (TYPE)-7.37332916720468e-03f); q = mad(x2, q, (TYPE)-1.42647390514189e-02f);
   return isnan(x) ? x : xc * p / q;
 }
 // eager's vectorised float gelu gives NaN at +-inf (its scalar path gives inf); tensors take the vector path
-inline float tf_gelu_erf_float(float x) {
-  return isinf(x) ? NAN : 0.5f * x * (1.0f + tf_erf_float(x * 0x1.6a09e6p-1f));
+inline TYPE tf_gelu_erf_TYPE(TYPE x) {
+  return isinf(x) ? (TYPE)NAN : (TYPE)0.5f * x * ((TYPE)1.0f + tf_erf_TYPE(x * (TYPE)0x1.6a09e6p-1f));
 }
-inline float tf_gelu_tanh_float(float x) {
-  return 0.5f * x * (1.0f + tanh(0x1.988454p-1f * (x + 0.044715f * x * x * x)));
+inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
+  return (TYPE)0.5f * x * ((TYPE)1.0f + tanh((TYPE)0x1.988454p-1f * (x + (TYPE)0.044715f * x * x * x)));
 }
 """,
     "double": """
-inline double tf_maximum_double(double a, double b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
-inline double tf_minimum_double(double a, double b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
-inline double tf_erf_double(double x) { return erf(x); }
-inline double tf_gelu_erf_double(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
-inline double tf_gelu_tanh_double(double x) {
-  return 0.5 * x * (1.0 + tanh(M_SQRT2 * M_2_SQRTPI * 0.5 * (x + 0.044715 * x * x * x)));
+inline TYPE tf_maximum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
+inline TYPE tf_minimum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
+inline TYPE tf_erf_TYPE(TYPE x) { return erf(x); }
+inline TYPE tf_gelu_erf_TYPE(TYPE x) { return (TYPE)0.5 * x * ((TYPE)1.0 + erf(x * (TYPE)M_SQRT1_2)); }
+inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
+  return (TYPE)0.5 * x * ((TYPE)1.0 + tanh((TYPE)(M_SQRT2 * M_2_SQRTPI * 0.5) * (x + (TYPE)0.044715 * x * x * x)));
 }
 """,
 }
+
+# Ops whose templates are valid on OpenCL vector types (no comparisons, selects on masks, or casts).
+VECTOR_SAFE = frozenset({
+    "add", "sub", "mul", "div", "neg", "abs", "relu", "sigmoid", "silu", "gelu", "gelu_tanh", "tanh", "exp",
+    "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "erf", "sin", "cos", "floor", "ceil", "round",
+    "pow", "maximum", "minimum",
+})
+
+
+def vector_type(dtype: str, width: int) -> str:
+    return C_TYPES[dtype] + (str(width) if width > 1 else "")
+
+
+def helpers_c(scalar: str, width: int = 1) -> str:
+    """The helper functions for one C type (scalar `float`/`double`, optionally as a vector)."""
+    return _HELPER_TEMPLATES[scalar].replace("TYPE", scalar + (str(width) if width > 1 else ""))
 
 
 def is_float(dtype: str) -> bool:
     return dtype in ("float32", "float64")
 
 
-def c_expression(op: str, operands: list[str], dtype: str) -> str:
-    """The C expression for one instruction, operands already spelled as C."""
+def c_expression(op: str, operands: list[str], dtype: str, width: int = 1) -> str:
+    """The C expression for one instruction, operands already spelled as C (vectors when width > 1)."""
     definition = OPS[op]
     template = definition.c["f" if is_float(dtype) else "i"]
     names = dict(zip("abc", operands))
-    c_type = C_TYPES[dtype]
+    c_type = vector_type(dtype, width)
     if op == "cast" and dtype == "bool":
         return f"((uchar)(({operands[0]}) != 0))"
     return template.format(T=c_type, **names)

@@ -29,7 +29,8 @@ class PointwiseSpec:
     layouts: tuple[str, ...]  # one per program input
     ndim: int  # dims of the collapsed iteration space (strided inputs index with it)
     index_type: str = "int"  # "int" or "long": long when sizes or offsets need 64 bits
-    items_per_thread: int = 16
+    items_per_thread: int = 16  # scalar path: consecutive elements per work-item
+    vector_width: int = 1  # > 1: the contiguous fast path, one OpenCL vector per work-item
 
     kind = "pointwise"
 
@@ -40,11 +41,17 @@ class PointwiseSpec:
             raise ValueError(f"layouts must be among {LAYOUTS}")
         if self.index_type not in ("int", "long"):
             raise ValueError("index_type is 'int' or 'long'")
+        if self.vector_width > 1 and STRIDED in self.layouts:
+            raise ValueError("the vector path needs contiguous or scalar inputs")
+
+    @property
+    def elements_per_item(self) -> int:
+        return self.vector_width if self.vector_width > 1 else self.items_per_thread
 
     def key_text(self) -> str:
         return (
             f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
-            f"items={self.items_per_thread}\n{self.program.text()}"
+            f"items={self.items_per_thread} vector={self.vector_width}\n{self.program.text()}"
         )
 
     @property

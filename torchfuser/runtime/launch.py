@@ -15,11 +15,13 @@ import numpy as np
 import torch
 
 from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
+from torchfuser.codegen.program_c import vectorisable
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Program
 from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, GemmSpec, PointwiseSpec
 
 INT32_MAX = 2**31 - 1
+VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
 
 
 @dataclass
@@ -109,7 +111,10 @@ class PointwiseKernel(FusedKernel):
         reach = max([numel] + [t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(sizes, st)) + 1
                                for t, st in zip(inputs, per_input)])
         index_type = "int" if reach <= INT32_MAX else "long"
-        spec = PointwiseSpec(self.program, layouts, len(sizes), index_type)
+        width = 1
+        if STRIDED not in layouts and vectorisable(self.program):
+            width = VECTOR_WIDTHS[self.program.output_dtypes[0]]
+        spec = PointwiseSpec(self.program, layouts, len(sizes), index_type, vector_width=width)
         index = np.int64 if index_type == "long" else np.int32
         scalars = [index(numel)]
         if STRIDED in layouts:
@@ -117,7 +122,7 @@ class PointwiseKernel(FusedKernel):
             scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
         out_stride = _strides_in_order(shape, self.order)
         outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in self.program.output_dtypes]
-        items = spec.items_per_thread
+        items = spec.elements_per_item
         return PointwiseLaunch(spec, ((numel + items - 1) // items,), outputs, scalars, empty=numel == 0)
 
 
