@@ -85,7 +85,7 @@ def snapshot_graph(gm: fx.GraphModule) -> dict:
             "shape": [int(s) for s in val.shape] if is_tensor else None,
             "dtype": DTYPE_NAMES.get(val.dtype, str(val.dtype).replace("torch.", "")) if is_tensor else None,
             "group": fused.group if fused else node.meta.get("torchfuser_group"),
-            "kernel": fused.__name__ if fused else None,
+            "kernel": node.name if fused else None,  # = the report kernel's "node"
             "module": module,
             "module_type": module_type,
             **source_location(node.meta.get("stack_trace")),

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from .report_svg import GraphDrawing, draw_graphs
 
 SUPPORTED_SCHEMA_VERSION = 1
+MAX_PROVENANCE_LINES = 3  # per kernel row; a fused layer can cover dozens of source lines
 CACHE_CLASSES = {"hit": "tf-cache-hit", "miss": "tf-cache-miss", "disk": "tf-cache-disk"}
 
 STYLE = """
@@ -237,18 +238,38 @@ def _kernels_section(report: dict) -> str:
     for k in kernels:
         cache = str(k.get("cache"))
         cache_html = f'<span class="{CACHE_CLASSES.get(cache, "")}">{_text(cache)}</span>'
-        sources = "<br>".join(_text(_provenance(s)) for s in k.get("sources") or [])
+        provenance = [_provenance(s) for s in k.get("sources") or []]
+        sources = "<br>".join(_text(p) for p in provenance[:MAX_PROVENANCE_LINES])
+        if len(provenance) > MAX_PROVENANCE_LINES:
+            sources += f"<br>… and {len(provenance) - MAX_PROVENANCE_LINES} more"
         rows.append([f"<code>{_text(k.get('name'))}</code>", _text(k.get("kind")), _text(k.get("group")), cache_html,
                      _text(format_seconds(k.get("build_seconds"))), _text(k.get("launches")),
                      _text(format_seconds(k.get("mean_seconds"))), _text(format_seconds(k.get("seconds"))), sources])
     table = _table(["kernel", "kind", "group", "cache", "build", "launches", "mean time", "total time", "from"],
                    rows, numeric={2, 4, 5, 6, 7})
-    sources = "".join(
-        f"<details><summary>OpenCL source of <code>{_text(k.get('name'))}</code> ({_text(k.get('kind'))}, "
-        f"covers {_text(', '.join(map(str, k.get('nodes') or [])))})</summary>"
-        f"<pre>{_text(k.get('source'))}</pre><p class=\"tf-note\">spec: {_text(k.get('spec'))}; "
-        f"cache key {_text(k.get('cache_key'))}</p></details>" for k in kernels)
-    return "<h3>Kernels</h3>" + table + sources
+    return "<h3>Kernels</h3>" + table + _kernel_sources(kernels)
+
+
+def _shortened(items: list, limit: int = 12) -> str:
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _kernel_sources(kernels: list[dict]) -> str:
+    """Each distinct OpenCL program once: a transformer repeats the same few kernels per layer."""
+    by_source: dict[tuple, list[dict]] = {}
+    for k in kernels:
+        by_source.setdefault((k.get("name"), k.get("cache_key"), k.get("source")), []).append(k)
+    blocks = []
+    for (name, cache_key, source), uses in by_source.items():
+        first = uses[0]
+        covered = [n for k in uses for n in k.get("nodes") or []]
+        used_by = f"{len(uses)} fused nodes, " if len(uses) > 1 else ""
+        blocks.append(
+            f"<details><summary>OpenCL source of <code>{_text(name)}</code> ({_text(first.get('kind'))}; "
+            f"{_text(used_by)}covers {_text(_shortened(covered))})</summary><pre>{_text(source)}</pre>"
+            f'<p class="tf-note">spec: {_text(first.get("spec"))}; cache key {_text(cache_key)}</p></details>')
+    return "".join(blocks)
 
 
 def _fallbacks_section(report: dict) -> str:
