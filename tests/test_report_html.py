@@ -211,3 +211,15 @@ def test_module_overview_groups_by_module_prefix():
     dot, depth = report_svg.module_overview_dot(graph, max_boxes=60)
     assert depth == 3  # layers.N.block: 10 boxes; depth 4 would make 100
     assert dot.count("label=") == 10 and dot.count('label="layers.3.block\\n200 nodes, 40 fused kernels"') == 1
+
+
+def test_repeated_kernels_show_their_source_once_and_long_provenance_is_cut():
+    report = load_fixture()
+    layer_kernel = report["kernels"][0]
+    report["kernels"] = [dict(layer_kernel, group=g, nodes=[f"addmm_{g}"]) for g in range(20)]
+    report["kernels"][0]["sources"] = [dict(layer_kernel["sources"][0], line=n) for n in range(1, 8)]
+    page = render_html([report])
+    assert page.count("<pre>__kernel void tf_gemm_0") == 1
+    assert "20 fused nodes, covers addmm_0, addmm_1" in page and "and 8 more" in page
+    assert page.count("<tr><td><code>tf_gemm_0</code>") == 20
+    assert "… and 4 more" in page
