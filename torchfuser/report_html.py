@@ -242,11 +242,13 @@ def _kernels_section(report: dict) -> str:
         sources = "<br>".join(_text(p) for p in provenance[:MAX_PROVENANCE_LINES])
         if len(provenance) > MAX_PROVENANCE_LINES:
             sources += f"<br>… and {len(provenance) - MAX_PROVENANCE_LINES} more"
-        rows.append([f"<code>{_text(k.get('name'))}</code>", _text(k.get("kind")), _text(k.get("group")), cache_html,
-                     _text(format_seconds(k.get("build_seconds"))), _text(k.get("launches")),
-                     _text(format_seconds(k.get("mean_seconds"))), _text(format_seconds(k.get("seconds"))), sources])
-    table = _table(["kernel", "kind", "group", "cache", "build", "launches", "mean time", "total time", "from"],
-                   rows, numeric={2, 4, 5, 6, 7})
+        rows.append([f"<code>{_text(k.get('name'))}</code>", _text(k.get("node") or "—"), _text(k.get("kind")),
+                     _text(k.get("group")), cache_html, _text(format_seconds(k.get("build_seconds"))),
+                     _text(k.get("launches")), _text(format_seconds(k.get("mean_seconds"))),
+                     _text(format_seconds(k.get("seconds"))), sources])
+    # Equal specs share one OpenCL kernel (and name); "fused node" tells the uses apart in the graphs.
+    table = _table(["kernel", "fused node", "kind", "group", "cache", "build", "launches", "mean time", "total time",
+                    "from"], rows, numeric={3, 5, 6, 7, 8})
     return "<h3>Kernels</h3>" + table + _kernel_sources(kernels)
 
 
