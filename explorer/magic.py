@@ -7,7 +7,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .cell_program import CellSyntaxError, build_cell_program
-from .programs import CellRun, current_pipeline
+from .programs import CellRun, compiler, current_pipeline
 from .widget import ExplorerWidget
 
 
@@ -64,7 +64,11 @@ class TorchfuseMagics(Magics):
         run = CellRun(source=source, namespace=self.shell.user_ns, filename=filename, device=args.device,
                       bench_runs=args.bench, title=f"In[{self.shell.execution_count}]")
         widget = ExplorerWidget(run, pipeline=pipeline, enabled_passes=enabled, title=f"%%torchfuse In[{self.shell.execution_count}]")
-        widget.rerun()
+        device_error = getattr(compiler(), "DeviceSelectionError", ())
+        try:
+            widget.rerun()
+        except device_error as error:  # --device names no OpenCL device: a bad argument, not a crash
+            raise UsageError(str(error).splitlines()[0]) from None
         if args.html:
             widget.save_html(args.html)
         if args.show:

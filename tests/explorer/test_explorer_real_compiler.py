@@ -119,3 +119,22 @@ def test_compile_report_to_html_uses_the_static_page():
         compiled(torch.randn(8, 32))
     page = reports[0].to_html()
     assert page.startswith("<!DOCTYPE html>") and "jp-torchfuser-report" in page
+
+
+def test_unknown_device_is_a_one_line_usage_error(shell, capsys):
+    result = shell.run_cell("%%torchfuse --device no-such-device\nnever_set = 1")
+    assert not result.success
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("UsageError: no OpenCL device matches 'no-such-device'") and "\n" not in err
+    assert "never_set" not in shell.user_ns
+
+
+def test_cell_without_tensor_work_compiles_no_graph_and_still_assigns(shell, monkeypatch):
+    shown: list = []
+    monkeypatch.setattr(explorer.magic, "display", shown.append)
+    result = shell.run_cell("%%torchfuse\nwords = ['a', 'b']\ncount = len(words)")
+    assert result.success, result.error_in_exec
+    assert shell.user_ns["count"] == 2
+    assert shown[0].reports == [] and shown[0].report == []
+    data, _ = shown[0]._repr_mimebundle_()
+    assert data[REPORT_MIME]["reports"] == [] and "No graphs were compiled." in data["text/html"]
