@@ -30,7 +30,7 @@ class TorchfuseMagics(Magics):
     @argument("--device", metavar="D", default=None, help="OpenCL device to compile for (default: TORCHFUSER_DEVICE)")
     @argument("--no-show", dest="show", action="store_false", help="run and collect reports, display nothing")
     @argument("--bench", type=int, metavar="N", default=0,
-              help="run the cell N more times eager and N times compiled; record the median times")
+              help="time the cell: 1+N runs eager (one warm-up), N compiled; record the medians")
     @argument("--html", metavar="FILE", default=None, help="also write the static HTML report to FILE")
     @cell_magic
     def torchfuse(self, line: str, cell: str):

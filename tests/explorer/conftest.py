@@ -26,10 +26,14 @@ def shell():
     """An in-process IPython shell with the explorer extension loaded and a clean namespace."""
     from IPython.core.interactiveshell import InteractiveShell
 
+    real_main = sys.modules.get("__main__")
     ip = InteractiveShell.instance()
+    sys.modules["__main__"] = ip.user_module  # what IPython does; undone below for the other tests
     ip.run_line_magic("load_ext", "explorer")
     names_before = set(ip.user_ns)
     yield ip
     for name in set(ip.user_ns) - names_before:
         if not name.startswith("__"):  # Dynamo removes its own `__builtins_dict___N` globals itself
             del ip.user_ns[name]
+    if real_main is not None:
+        sys.modules["__main__"] = real_main

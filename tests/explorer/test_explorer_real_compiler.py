@@ -104,13 +104,11 @@ def test_cell_with_a_print_becomes_two_graphs_and_assigns_names(shell, monkeypat
     assert len(data[REPORT_MIME]["reports"]) == 2 and data["text/plain"].startswith("TorchFuser: 2 compiled graphs")
 
 
-def test_load_ext_torchfuser_registers_the_magic():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    ip = InteractiveShell.instance()
-    ip.magics_manager.magics["cell"].pop("torchfuse", None)
-    ip.run_line_magic("load_ext", "torchfuser")
-    assert "torchfuse" in ip.magics_manager.magics["cell"]
+def test_load_ext_torchfuser_registers_the_magic(shell):
+    shell.magics_manager.magics["cell"].pop("torchfuse")
+    shell.extension_manager.loaded.discard("torchfuser")
+    assert shell.run_line_magic("load_ext", "torchfuser") is None
+    assert "torchfuse" in shell.magics_manager.magics["cell"]
 
 
 def test_compile_report_to_html_uses_the_static_page():
