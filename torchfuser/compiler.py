@@ -113,7 +113,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport) -> f
             report.fallbacks.append(FallbackEntry(target.__name__, node.name, "no OpenCL device: runs in PyTorch",
                                                   **_where(node)))
             continue
-        launch = target.configure([a.meta["val"] for a in node.args])
+        launch = target.configure([a.meta["val"] for a in node.args], plan.runtime.device.type_name)
         if launch.empty:
             continue
         from torchfuser.codegen import kernel_source

@@ -10,7 +10,8 @@ import torch
 
 from torchfuser.ir.from_aten import NotLowerable  # noqa: F401  (re-exported for error handling)
 from torchfuser.ir.program import ProgramBuilder, parse_program
-from torchfuser.runtime.launch import GemmKernel, PointwiseKernel
+from torchfuser.runtime.gemm_launch import GemmKernel
+from torchfuser.runtime.launch import PointwiseKernel
 
 ACTIVATIONS = ("none", "relu", "silu", "gelu", "gelu_tanh", "tanh", "sigmoid")
 _kernels: dict = {}

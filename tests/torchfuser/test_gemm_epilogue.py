@@ -125,3 +125,40 @@ def test_manual_linear_act_op():
         torch.ops.torchfuser.linear_act(x, w, b, "swish")
     with pytest.raises(ValueError, match="features"):
         torch.ops.torchfuser.linear_act(x, w.t(), b, "relu")
+
+
+def test_cpu_devices_use_the_packed_schedule():
+    model = LinearAct(40, 70, "silu").eval()
+    actual, expected = run(model, torch.randn(13, 40))
+    assert_close(actual, expected)
+    (kernel,) = torchfuser.last_report().kernels
+    assert "schedule=packed" in kernel.spec and "vload16" in kernel.source
+
+
+def test_in_place_weight_updates_are_seen(monkeypatch):
+    model = LinearAct(24, 48, "relu").eval()
+    x = torch.randn(5, 24)
+    fast = torchfuser.compile(model)
+    with torch.no_grad():
+        assert_close(fast(x), model(x))
+        model.fc.weight.mul_(-2.0)  # bumps the version: the packed copy must be rebuilt
+        assert_close(fast(x), model(x))
+
+
+def test_activation_times_activation_packs_every_call():
+    fn = lambda a, b: F.gelu(a @ b)  # noqa: E731
+    compiled = torchfuser.compile(fn)
+    for _ in range(2):
+        a, b = torch.randn(33, 17), torch.randn(17, 65)
+        assert_close(compiled(a, b), fn(a, b))
+
+
+def test_strided_schedule_for_devices_without_shared_caches(monkeypatch):
+    from torchfuser.runtime.device import Device
+
+    monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+    model = LinearAct(37, 29, "gelu_tanh").eval()
+    actual, expected = run(model, torch.randn(3, 11, 37))
+    assert_close(actual, expected)
+    (kernel,) = torchfuser.last_report().kernels
+    assert "schedule=strided" in kernel.spec

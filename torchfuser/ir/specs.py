@@ -72,12 +72,20 @@ class GemmSpec:
     index_type: str = "int"
     tile_m: int = 4
     tile_n: int = 8
+    # "strided": A and B read through their strides (any device). "packed": B pre-packed into
+    # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe).
+    schedule: str = "strided"
+    extra_layouts: tuple[str, ...] = ()  # packed: per extra input "row" (n-contiguous), "bcast" or "strided"
 
     kind = "gemm"
 
     def __post_init__(self):
         if self.dtype != "float32":
             raise ValueError("the GEMM template supports float32")
+        if self.schedule not in ("strided", "packed"):
+            raise ValueError("schedule is 'strided' or 'packed'")
+        if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
+            raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
             raise ValueError("epilogue input 0 is the accumulator")
         if len(self.epilogue.outputs) != 1:
@@ -89,7 +97,8 @@ class GemmSpec:
 
     def key_text(self) -> str:
         return (
-            f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n}\n"
+            f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n} "
+            f"schedule={self.schedule} extras={','.join(self.extra_layouts)}\n"
             f"{self.epilogue.text()}"
         )
 

@@ -20,7 +20,7 @@ import torch.fx as fx
 from torchfuser.ir.from_aten import tensor_meta
 from torchfuser.ir.program import Const, ProgramBuilder
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
-from torchfuser.runtime.launch import GemmKernel
+from torchfuser.runtime.gemm_launch import GemmKernel
 
 aten = torch.ops.aten
 RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)

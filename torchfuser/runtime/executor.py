@@ -74,11 +74,12 @@ class _Call:
         self.events: list = []
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
-        launch = target.configure(inputs)
+        launch = target.configure(inputs, self.runtime.device.type_name)
         arena = self.runtime.arena
         outs = [arena.empty_strided(*o) for o in launch.outputs]
         if not launch.empty:
             built = on_build(launch.spec) if on_build else self.runtime.build(launch.spec)[0]
+            inputs = launch.prepare(inputs)
             in_buffers, offsets = [], []
             for i, t in enumerate(inputs):
                 buffer = self.binding.bind(t)

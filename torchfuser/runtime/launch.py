@@ -1,6 +1,6 @@
 """Fused kernels as graph targets: what a fused FX node calls, and how it becomes an OpenCL launch.
 
-`PointwiseKernel` and `GemmKernel` are the `call_function` targets that the fusion passes put into the
+`PointwiseKernel` (here) and `GemmKernel` (gemm_launch.py) are the `call_function` targets that the fusion passes put into the
 graph. Each knows (1) its reference meaning in PyTorch (the fallback path), and (2) `configure(inputs)`:
 from the inputs' shapes and strides (real or fake tensors), the frozen spec to build, the launch size,
 the scalar arguments and the output layouts. Configurations are memoised by input layout, so a steady
@@ -18,7 +18,7 @@ from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.codegen.program_c import vectorisable
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Program
-from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, GemmSpec, PointwiseSpec
+from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, PointwiseSpec
 
 INT32_MAX = 2**31 - 1
 VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
@@ -32,8 +32,17 @@ class Launch:
     scalars: list = field(default_factory=list)  # trailing scalar kernel arguments
     empty: bool = False  # nothing to compute (zero-size): outputs are allocated, no launch
 
+    def prepare(self, inputs: list) -> list:
+        """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs."""
+        return inputs
+
     def arguments(self, in_buffers, in_offsets, out_buffers) -> list:
         raise NotImplementedError
+
+
+def extent(t) -> int:
+    """One past the furthest element of t's storage that t can reach."""
+    return t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(t.shape, t.stride())) + 1 if t.numel() else 0
 
 
 def layout_signature(tensors) -> tuple:
@@ -54,11 +63,11 @@ class FusedKernel:
     def __repr__(self) -> str:
         return self.__name__
 
-    def configure(self, inputs) -> Launch:
-        key = layout_signature(inputs)
+    def configure(self, inputs, device_type: str = "CPU") -> Launch:
+        key = (layout_signature(inputs), device_type)
         launch = self._configs.get(key)
         if launch is None:
-            launch = self._configs[key] = self._configure(inputs)
+            launch = self._configs[key] = self._configure(inputs, device_type)
         return launch
 
     def __call__(self, *inputs):
@@ -96,10 +105,10 @@ class PointwiseKernel(FusedKernel):
         outs = [torch.broadcast_to(o, self.out_shape).clone() for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _configure(self, inputs) -> Launch:
+    def _configure(self, inputs, device_type) -> Launch:
         shape = self.out_shape
         perm_shape = [shape[d] for d in self.order]
-        strides = [[_broadcast_strides(shape, t)[d] for d in self.order] for t in inputs]
+        strides = [[broadcast_strides(shape, t)[d] for d in self.order] for t in inputs]
         dims = _collapse(perm_shape, strides)
         sizes = [s for s, _ in dims] or [1]
         per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
@@ -108,8 +117,7 @@ class PointwiseKernel(FusedKernel):
             SCALAR if not any(st) else CONTIGUOUS if st == contiguous else STRIDED for st in per_input
         )
         numel = int(np.prod(sizes))
-        reach = max([numel] + [t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(sizes, st)) + 1
-                               for t, st in zip(inputs, per_input)])
+        reach = max([numel] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         width = 1
         if STRIDED not in layouts and vectorisable(self.program):
@@ -126,7 +134,7 @@ class PointwiseKernel(FusedKernel):
         return PointwiseLaunch(spec, ((numel + items - 1) // items,), outputs, scalars, empty=numel == 0)
 
 
-def _broadcast_strides(shape, t) -> list[int]:
+def broadcast_strides(shape, t) -> list[int]:
     nd, tnd = len(shape), t.dim()
     strides = [0] * nd
     for d in range(tnd):
@@ -170,44 +178,3 @@ def _is_dense(shape, stride, order) -> bool:
     return len(stride) == len(shape) and all(
         shape[d] == 1 or stride[d] == s for d, s in zip(range(len(shape)), _strides_in_order(shape, order))
     )
-
-
-# ---------------------------------------------------------------- gemm
-
-
-class GemmLaunch(Launch):
-    def arguments(self, in_buffers, in_offsets, out_buffers):
-        index = np.int64 if self.spec.index_type == "long" else np.int32
-        a_strides, b_strides, extra_strides, mnk = self.scalars
-        args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)]
-        args += [in_buffers[1], index(in_offsets[1]), *map(index, b_strides)]
-        for e, strides in enumerate(extra_strides, start=2):
-            args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
-        return args + list(out_buffers) + [index(x) for x in mnk]
-
-
-class GemmKernel(FusedKernel):
-    """out[M,N] = epilogue(a[M,K] @ b[K,N], *extras), extras broadcast to [M,N]."""
-
-    kind = "gemm"
-
-    def __init__(self, epilogue: Program, group: int):
-        super().__init__(group)
-        self.epilogue = epilogue
-
-    def reference(self, a, b, *extras):
-        acc = torch.mm(a, b)
-        return run_program(self.epilogue, [acc, *extras])[0].contiguous()
-
-    def _configure(self, inputs) -> Launch:
-        a, b, *extras = inputs
-        (m, k), n = a.shape, b.shape[1]
-        extra_strides = [_broadcast_strides((m, n), e) for e in extras]
-        reach = max([m * n] + [t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(t.shape, t.stride())) + 1
-                               for t in inputs if t.numel()])
-        index_type = "int" if reach <= INT32_MAX else "long"
-        spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type)
-        grid = ((n + spec.tile_n - 1) // spec.tile_n, (m + spec.tile_m - 1) // spec.tile_m)
-        out = ((m, n), (n, 1), TORCH_DTYPES[self.epilogue.output_dtypes[0]])
-        scalars = [a.stride(), b.stride(), extra_strides, (m, n, k)]
-        return GemmLaunch(spec, grid, [out], scalars, empty=m * n == 0)
