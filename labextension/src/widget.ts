@@ -28,7 +28,7 @@ function asStatus(value: unknown): string {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
-export function render({ model, el }: { model: AnyWidgetModel; el: HTMLElement }): () => void {
+function render({ model, el }: { model: AnyWidgetModel; el: HTMLElement }): () => void {
   injectWidgetStyles(el.ownerDocument);
   const view = new ExplorerView({
     interactive: true,
@@ -60,4 +60,5 @@ export function render({ model, el }: { model: AnyWidgetModel; el: HTMLElement }
   };
 }
 
+// anywidget's ESM contract: a default export with render (a bare named export is deprecated).
 export default { render };

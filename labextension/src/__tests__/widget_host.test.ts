@@ -1,7 +1,9 @@
 /** The anywidget contract: traits in, enabled_passes + save_changes + rerun message out. */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { setLayoutEngine } from '../view/layout_engine';
-import { render, type AnyWidgetModel } from '../widget';
+import widget, { type AnyWidgetModel } from '../widget';
+
+const render = widget.render;
 import { loadFixture, stubGraphviz } from './helpers';
 
 class FakeModel implements AnyWidgetModel {

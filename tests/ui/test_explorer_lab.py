@@ -1,0 +1,199 @@
+"""The explorer in a real JupyterLab: the live widget, Re-run, and the saved notebook
+reopened later, where the MIME renderer shows the view with no kernel behind it.
+
+Screenshots land in test-artifacts/ui/.
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REPO, TOKEN
+
+REPORT_MIME = "application/vnd.torchfuser.report+json"
+HOSTILE_FIXTURE = REPO / "labextension" / "test" / "fixtures" / "hostile_bundle.json"
+
+MLP_CELL = """\
+import torch, explorer
+torch.manual_seed(0)
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.act = torch.nn.GELU()
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+view = explorer.show(MLP(), torch.randn(8, 16))
+view"""
+
+HOSTILE_CELL = f"""\
+import json
+from IPython.display import display
+display({{"{REPORT_MIME}": json.load(open({str(HOSTILE_FIXTURE)!r})), "text/plain": "hostile report"}}, raw=True)"""
+
+LIVE = ".jp-torchfuser-view[data-interactive]"
+STATIC = ".jp-torchfuser-view:not([data-interactive])"
+DRAWN_AFTER = '.jp-torchfuser-graph[data-side="after"][data-state="drawn"]'
+DRAWN_BEFORE = '.jp-torchfuser-graph[data-side="before"][data-state="drawn"]'
+
+
+def _open(browser, base: str, name: str):
+    context = browser.new_context(viewport={"width": 1500, "height": 1200})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # A workspace per notebook, so Lab does not also restore the other notebook's tab.
+    page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    page.wait_for_function("window.jupyterapp !== undefined && window.jupyterapp.commands !== undefined")
+    return context, page, errors
+
+
+def _answer_kernel_dialog(page, button: str, wait_ms: int = 5_000) -> bool:
+    """Lab may ask which kernel to start; answer it if it does."""
+    choice = page.locator(".jp-Dialog button", has_text=button)
+    try:
+        choice.first.click(timeout=wait_ms)
+        return True
+    except Exception:
+        return False
+
+
+def _wait_for_kernel(page) -> str:
+    return page.evaluate("""() => window.jupyterapp.shell.currentWidget.sessionContext.ready
+        .then(() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.name ?? '')""")
+
+
+def _kernel_now(page) -> str:
+    # sessionContext.ready never resolves after "No Kernel", so ask without waiting.
+    return page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.name ?? ''")
+
+
+def _command(page, command: str) -> None:
+    # Not awaited: some commands resolve only when their work (or a dialog) finishes.
+    page.evaluate(f"() => {{ window.jupyterapp.commands.execute({json.dumps(command)}); }}")
+
+
+def _after_ids(view) -> list[str]:
+    return view.locator(f'{DRAWN_AFTER} g.node').evaluate_all("els => els.map(e => e.dataset.nodeId)")
+
+
+def _shutdown_kernels(base: str) -> None:
+    with urllib.request.urlopen(f"{base}/api/sessions?token={TOKEN}") as response:
+        sessions = json.load(response)
+    for session in sessions:
+        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE")
+        urllib.request.urlopen(request).close()
+
+
+@pytest.fixture(scope="module")
+def saved_notebook(lab_server, browser, artifacts_dir):
+    """Runs the explorer notebook live, checks the widget, saves it; yields its path."""
+    base, root = lab_server
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(MLP_CELL), nbformat.v4.new_code_cell(HOSTILE_CELL)]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = Path(root) / "explorer_ui.ipynb"
+    nbformat.write(notebook, path)
+    context, page, errors = _open(browser, base, path.name)
+    try:
+        _answer_kernel_dialog(page, "Select")
+        assert _wait_for_kernel(page) == "python3"
+        _command(page, "notebook:run-all-cells")
+        _answer_kernel_dialog(page, "Select", wait_ms=2_000)
+        live = page.locator(LIVE).first
+        try:
+            live.locator(DRAWN_AFTER).wait_for(timeout=240_000)
+            live.locator(DRAWN_BEFORE).wait_for(timeout=60_000)
+        except Exception:
+            page.screenshot(path=str(artifacts_dir / "live-widget-failed.png"), full_page=True)
+            raise
+        yield {"base": base, "path": path, "page": page, "live": live, "errors": errors}
+        page.screenshot(path=str(artifacts_dir / "live-widget.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def test_live_widget_draws_both_graphs_and_shows_kernel_source(saved_notebook, artifacts_dir):
+    live, page = saved_notebook["live"], saved_notebook["page"]
+    assert live.locator('.jp-torchfuser-graph[data-side="before"] svg g.node').count() > 0
+    assert live.locator('.jp-torchfuser-graph[data-side="after"] svg g.node').count() > 0
+    kernels = live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel")
+    assert kernels.count() >= 1
+    kernels.first.click()
+    source = live.locator(".jp-torchfuser-source")
+    source.locator(".jp-torchfuser-cache[data-status]").wait_for(timeout=10_000)
+    assert "__kernel" in source.inner_text()
+    assert live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").is_enabled()
+    live.screenshot(path=str(artifacts_dir / "live-kernel-source.png"))
+    assert not saved_notebook["errors"], saved_notebook["errors"]
+
+
+def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, artifacts_dir):
+    live, page = saved_notebook["live"], saved_notebook["page"]
+    before = _after_ids(live)
+    live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").uncheck()
+    live.locator("button.jp-torchfuser-rerun").click()
+    page.wait_for_function(
+        """([selector, before]) => {
+            const nodes = [...document.querySelectorAll(selector)].map(e => e.dataset.nodeId);
+            return nodes.length > 0 && nodes.join() !== before.join();
+        }""",
+        arg=[f'{LIVE} {DRAWN_AFTER} g.node', before], timeout=120_000)
+    after = _after_ids(live)
+    assert after != before
+    assert any(node.startswith("addmm") for node in after), after  # the GEMM stays an aten op
+    assert live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").is_checked() is False
+    live.screenshot(path=str(artifacts_dir / "live-after-rerun.png"))
+
+
+def test_hostile_names_in_lab_run_nothing(saved_notebook):
+    page = saved_notebook["page"]
+    # The second cell displays the hostile report through the MIME renderer alone.
+    page.locator(f"{STATIC} {DRAWN_AFTER}").last.wait_for(timeout=60_000)
+    assert page.evaluate("window.__x") is None
+    assert page.locator(".jp-torchfuser-view img, .jp-torchfuser-view script").count() == 0
+    assert '<img src=x onerror="window.__x=1">' in page.locator(STATIC).last.locator(".jp-torchfuser-title").inner_text()
+
+
+def test_saved_notebook_reopened_without_kernel_shows_static_view(saved_notebook, lab_server, browser, artifacts_dir):
+    base, page = saved_notebook["base"], saved_notebook["page"]
+    _command(page, "docmanager:save")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=30_000)
+    _shutdown_kernels(base)
+    saved = nbformat.read(saved_notebook["path"], as_version=4)
+    outputs = [o for o in saved.cells[0].outputs if REPORT_MIME in o.get("data", {})]
+    assert outputs, "the saved output carries no TorchFuser report"
+
+    # A copy whose kernel cannot start: the page opens with no kernel at all.
+    saved.metadata["kernelspec"] = {"name": "torchfuser-no-such-kernel", "display_name": "none", "language": "none"}
+    saved.metadata.pop("language_info", None)
+    reopened = saved_notebook["path"].with_name("reopened.ipynb")
+    nbformat.write(saved, reopened)
+    context, page, errors = _open(browser, base, reopened.name)
+    try:
+        assert _answer_kernel_dialog(page, "No Kernel", wait_ms=30_000), "Lab did not offer to open without a kernel"
+        assert _kernel_now(page) == ""
+        view = page.locator(STATIC).first
+        view.locator(DRAWN_AFTER).wait_for(timeout=60_000)
+        view.locator(DRAWN_BEFORE).wait_for(timeout=60_000)
+        assert view.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").count() >= 1
+        toggle = view.locator("input.jp-torchfuser-pass-toggle").first
+        assert toggle.is_disabled()
+        assert view.locator("button.jp-torchfuser-rerun").is_disabled()
+        assert "running kernel" in view.locator(".jp-torchfuser-kernel-note").inner_text()
+        view.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").first.click()
+        assert "__kernel" in view.locator(".jp-torchfuser-source").inner_text()
+        assert page.locator(LIVE).count() == 0
+        page.screenshot(path=str(artifacts_dir / "reopened-static-view.png"), full_page=True)
+        assert not errors, errors
+    finally:
+        context.close()
