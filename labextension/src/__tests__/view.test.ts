@@ -170,6 +170,15 @@ describe('explorer view: interaction', () => {
     expect(q('.jp-torchfuser-timing')!.textContent).toContain('2.67× faster than eager');
     expect(qa('.jp-torchfuser-timing-kernel').map(s => s.getAttribute('data-kernel'))).toEqual(['tf_gemm_0', 'tf_gemm_1', 'tf_pointwise_2']);
   });
+
+  it('says "slower" with the factor above one when compiled code loses', async () => {
+    const bundle = loadFixture('mlp_bundle.json');
+    bundle.reports[0].timings.speedup = 0.125;
+    const view = new ExplorerView({ interactive: true });
+    document.body.appendChild(view.node);
+    view.setBundle(bundle);
+    expect(q('.jp-torchfuser-timing')!.textContent).toContain('8.00× slower than eager');
+  });
 });
 
 describe('explorer view: passes and hosts', () => {

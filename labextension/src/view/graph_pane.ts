@@ -165,7 +165,7 @@ export class GraphPane {
     this.canvas.classList.toggle('jp-torchfuser-searching', active);
   }
 
-  /** Scrolls the view so that the node is in the middle. */
+  /** Pans so that the node is in the middle, unless it is already in view. */
   reveal(displayedId: string): void {
     const element = this.nodeElements.get(displayedId) as SVGGraphicsElement | undefined;
     if (!element || !this.panZoom || typeof element.getBBox !== 'function') {
@@ -177,7 +177,11 @@ export class GraphPane {
     const matrix = graphGroup?.transform?.baseVal?.consolidate()?.matrix;
     const dx = matrix ? matrix.e : 0;
     const dy = matrix ? matrix.f : 0;
-    this.panZoom.centerOn(box.x + box.width / 2 + dx, box.y + box.height / 2 + dy);
+    const x = box.x + box.width / 2 + dx;
+    const y = box.y + box.height / 2 + dy;
+    if (!this.panZoom.shows(x, y)) {
+      this.panZoom.centerOn(x, y);
+    }
   }
 
   private readonly onPointerOver = (event: Event) => {

@@ -55,6 +55,13 @@ export class PanZoom {
     this.apply();
   }
 
+  /** True when the point (SVG user units) is inside the visible area, with a small margin. */
+  shows(x: number, y: number): boolean {
+    const margin = 0.05;
+    const { x: bx, y: by, w, h } = this.box;
+    return x > bx + w * margin && x < bx + w * (1 - margin) && y > by + h * margin && y < by + h * (1 - margin);
+  }
+
   /** Centre the view on a point in SVG user units, keeping the zoom. */
   centerOn(x: number, y: number): void {
     this.box = { ...this.box, x: x - this.box.w / 2, y: y - this.box.h / 2 };

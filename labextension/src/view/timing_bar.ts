@@ -68,7 +68,9 @@ export function renderTimingBar(
   const speedup = timings.speedup ?? (eager && compiled ? eager / compiled : null);
   const headline =
     speedup !== null && Number.isFinite(speedup)
-      ? `${speedup.toFixed(2)}× ${speedup >= 1 ? 'faster' : 'slower'} than eager`
+      ? speedup >= 1
+        ? `${speedup.toFixed(2)}× faster than eager`
+        : `${(1 / speedup).toFixed(2)}× slower than eager`
       : eager === null
         ? 'eager time not measured'
         : '';
