@@ -77,9 +77,9 @@ def _kernel_now(page) -> str:
     return page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.name ?? ''")
 
 
-def _command(page, command: str) -> None:
+def _command(page, command: str, args: dict | None = None) -> None:
     # Not awaited: some commands resolve only when their work (or a dialog) finishes.
-    page.evaluate(f"() => {{ window.jupyterapp.commands.execute({json.dumps(command)}); }}")
+    page.evaluate(f"() => {{ window.jupyterapp.commands.execute({json.dumps(command)}, {json.dumps(args or {})}); }}")
 
 
 def _after_ids(view) -> list[str]:
@@ -135,6 +135,34 @@ def test_live_widget_draws_both_graphs_and_shows_kernel_source(saved_notebook, a
     assert live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").is_enabled()
     live.screenshot(path=str(artifacts_dir / "live-kernel-source.png"))
     assert not saved_notebook["errors"], saved_notebook["errors"]
+
+
+def test_hover_search_and_zoom_in_the_browser(saved_notebook):
+    live, page = saved_notebook["live"], saved_notebook["page"]
+    kernel = live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").first
+    kernel.hover()
+    counterparts = live.locator('.jp-torchfuser-graph[data-side="before"] g.node.jp-torchfuser-counterpart')
+    counterparts.first.wait_for(timeout=5_000)
+    assert counterparts.evaluate_all("els => els.map(e => e.dataset.nodeId)")  # e.g. addmm, gelu
+
+    live.locator("input.jp-torchfuser-search").fill("addmm")
+    live.locator('.jp-torchfuser-graph[data-side="before"] g.node.jp-torchfuser-match').first.wait_for(timeout=5_000)
+    assert "before" in live.locator(".jp-torchfuser-match-count").inner_text()
+    live.locator("input.jp-torchfuser-search").fill("")
+
+    svg = live.locator(f"{DRAWN_AFTER} svg")
+    initial = svg.get_attribute("viewBox")
+    live.locator('.jp-torchfuser-graph-column:has([data-side="after"]) button.jp-torchfuser-zoom', has_text="+").click()
+    zoomed = svg.get_attribute("viewBox")
+    assert zoomed != initial
+    box = svg.bounding_box()
+    page.mouse.move(box["x"] + 20, box["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 120, box["y"] + 80, steps=5)
+    page.mouse.up()
+    assert svg.get_attribute("viewBox") != zoomed
+    live.locator('.jp-torchfuser-graph-column:has([data-side="after"]) button.jp-torchfuser-zoom', has_text="Fit").click()
+    assert svg.get_attribute("viewBox") == initial
 
 
 def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, artifacts_dir):
@@ -194,6 +222,15 @@ def test_saved_notebook_reopened_without_kernel_shows_static_view(saved_notebook
         assert "__kernel" in view.locator(".jp-torchfuser-source").inner_text()
         assert page.locator(LIVE).count() == 0
         page.screenshot(path=str(artifacts_dir / "reopened-static-view.png"), full_page=True)
+
+        light_background = view.evaluate("el => getComputedStyle(el).backgroundColor")
+        _command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+        page.wait_for_timeout(500)
+        dark_background = view.evaluate("el => getComputedStyle(el).backgroundColor")
+        assert dark_background != light_background, "the view does not follow the Lab theme"
+        page.screenshot(path=str(artifacts_dir / "reopened-static-view-dark.png"), full_page=True)
+        _command(page, "apputils:change-theme", {"theme": "JupyterLab Light"})
         assert not errors, errors
     finally:
         context.close()
