@@ -6,6 +6,7 @@ gradients are needed) and each aten graph is compiled by `compile_aten_graph`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 
@@ -37,15 +38,21 @@ def lower_and_compile(gm, example_inputs, *, disable=(), device=None, title="gra
                                  bw_compiler=compiler_for("backward"), decompositions=DECOMPOSITIONS)
 
 
-def make_backend(disable=(), device=None, title: str | None = None):
-    """A Dynamo backend with these options; `torchfuser_backend` is the default one."""
-    disable = check_pass_names(disable)
-
+@functools.lru_cache(maxsize=None)
+def _backend(disable: tuple, device, title):
     def torchfuser(gm, example_inputs):
         name = f"{title or 'graph'} #{next(_graph_numbers)}"
         return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=name)
 
     return torchfuser
+
+
+def make_backend(disable=(), device=None, title: str | None = None):
+    """A Dynamo backend with these options; `torchfuser_backend` is the default one. The same options give
+    the same backend object, so compiling one function again reuses Dynamo's cache entry instead of
+    piling up new ones until Dynamo's recompile limit."""
+    return _backend(tuple(check_pass_names(disable)), device, title)
+
 
 
 torchfuser_backend = make_backend()

@@ -20,7 +20,9 @@ GROUP_COLOURS = (
     "#bc80bd", "#ccebc5", "#ffed6f", "#a6cee3",
 )
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_ROOT = re.compile(r"^L\['[^']*'\]\.?|^L__self__\.?")
+_SELF = re.compile(r"^(?:L\['self'\]|L__self__)\.?")
+_ROOT = re.compile(r"^[LG]\['([^']*)'\]")
+_GETATTR = re.compile(r"getattr\(([^()]*), '([^']*)'\)")
 _INDEX = re.compile(r"\[(?:'([^']*)'|(\d+))\]")
 
 
@@ -33,7 +35,11 @@ def module_path(nn_module_stack) -> tuple[str, str]:
     if not nn_module_stack:
         return "", ""
     path, kind = list(nn_module_stack.values())[-1]
-    path = _INDEX.sub(lambda m: "." + (m.group(1) or m.group(2)), _ROOT.sub("", str(path))).strip(".")
+    path = str(path)
+    while _GETATTR.search(path):  # getattr(L['self'].blocks, '0') -> L['self'].blocks.0
+        path = _GETATTR.sub(lambda m: f"{m.group(1)}.{m.group(2)}", path)
+    path = _ROOT.sub(lambda m: m.group(1), _SELF.sub("", path))  # self is implicit; globals keep their name
+    path = _INDEX.sub(lambda m: "." + (m.group(1) or m.group(2)), path).strip(".")
     kind = kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
     return path, kind
 

@@ -92,7 +92,7 @@ def test_activation_input_used_elsewhere_is_not_absorbed():
     x, w = torch.randn(9, 16), torch.randn(16, 12)
     assert_close(torchfuser.compile(fn)(x, w), fn(x, w))
     stats = {p.name: p.stats for p in torchfuser.last_report().passes}
-    assert stats["fuse_gemm_epilogue"]["activations_fused"] == 0
+    assert stats["fuse_gemm_epilogue"]["epilogue_ops"] == 0
 
 
 def test_mlp_block_matches_eager_and_fuses_everything():
@@ -162,3 +162,40 @@ def test_strided_schedule_for_devices_without_shared_caches(monkeypatch):
     assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
     assert "schedule=strided" in kernel.spec
+
+
+def test_residual_add_and_scale_join_the_epilogue():
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return x + 0.5 * F.gelu(self.fc(x))
+
+    actual, expected = run(Residual().eval(), torch.randn(2, 9, 64))
+    assert_close(actual, expected)
+    report = torchfuser.last_report()
+    assert [k.kind for k in report.kernels] == ["gemm"] and report.fallbacks == []
+    stats = {p.name: p.stats for p in report.passes}["fuse_gemm_epilogue"]
+    assert stats["epilogue_ops"] == 3  # gelu, mul, add
+
+
+def test_residuals_with_any_strides_and_ones_that_cannot_be_rows():
+    def transposed(x, w, r):
+        return x @ w + r.t()  # 2-D: read through its strides in the epilogue
+
+    x, w, r = torch.randn(12, 20), torch.randn(20, 16), torch.randn(16, 12)
+    assert_close(torchfuser.compile(transposed)(x, w, r), transposed(x, w, r))
+    assert [k.kind for k in torchfuser.last_report().kernels] == ["gemm"]
+
+    torch._dynamo.reset()
+    linear = nn.Linear(20, 16)
+
+    def batch_swapped(x, r):
+        return linear(x) + r.transpose(0, 1)  # [2, 6, 16] that no [12, 16] view can express
+
+    x, r = torch.randn(2, 6, 20), torch.randn(6, 2, 16)
+    with torch.no_grad():
+        assert_close(torchfuser.compile(batch_swapped)(x, r), batch_swapped(x, r))
+    assert sorted(k.kind for k in torchfuser.last_report().kernels) == ["gemm", "pointwise"]

@@ -110,8 +110,7 @@ def test_report_contract_and_live_counts():
     node = d["passes"][0]["graph_before"]["nodes"][-2]
     assert set(node) >= {"id", "op", "target", "shape", "dtype", "group", "module", "file", "line", "code"}
     assert "digraph" in d["passes"][0]["graph_after"]["dot"]
-    assert sorted(k["kind"] for k in d["kernels"]) == ["gemm", "pointwise"]
-    kernel = next(k for k in d["kernels"] if k["kind"] == "gemm")
+    (kernel,) = d["kernels"]  # the * 2 joins the GEMM's epilogue
     assert "__kernel" in kernel["source"] and kernel["cache"] in ("hit", "miss", "disk")
     assert kernel["launches"] == 3 and kernel["mean_seconds"] > 0 and kernel["nodes"]
     assert any(s["file"] and s["file"].endswith("test_public_api.py") for s in kernel["sources"])
