@@ -39,6 +39,13 @@ import json
 from IPython.display import display
 display({{"{REPORT_MIME}": json.load(open({str(HOSTILE_FIXTURE)!r})), "text/plain": "hostile report"}}, raw=True)"""
 
+MAGIC_CELL = """\
+%%torchfuse
+a = torch.randn(64, 64)
+b = torch.relu(a) * 2 + 1
+print("a graph break")
+c = torch.tanh(b) + b"""
+
 LIVE = ".jp-torchfuser-view[data-interactive]"
 STATIC = ".jp-torchfuser-view:not([data-interactive])"
 DRAWN_AFTER = '.jp-torchfuser-graph[data-side="after"][data-state="drawn"]'
@@ -82,6 +89,10 @@ def _command(page, command: str, args: dict | None = None) -> None:
     page.evaluate(f"() => {{ window.jupyterapp.commands.execute({json.dumps(command)}, {json.dumps(args or {})}); }}")
 
 
+def _cell(page, index: int):
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
 def _after_ids(view) -> list[str]:
     return view.locator(f'{DRAWN_AFTER} g.node').evaluate_all("els => els.map(e => e.dataset.nodeId)")
 
@@ -99,7 +110,8 @@ def saved_notebook(lab_server, browser, artifacts_dir):
     """Runs the explorer notebook live, checks the widget, saves it; yields its path."""
     base, root = lab_server
     notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(MLP_CELL), nbformat.v4.new_code_cell(HOSTILE_CELL)]
+    notebook.cells = [nbformat.v4.new_code_cell(MLP_CELL), nbformat.v4.new_code_cell(HOSTILE_CELL),
+                      nbformat.v4.new_code_cell("%load_ext explorer"), nbformat.v4.new_code_cell(MAGIC_CELL)]
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = Path(root) / "explorer_ui.ipynb"
     nbformat.write(notebook, path)
@@ -109,7 +121,7 @@ def saved_notebook(lab_server, browser, artifacts_dir):
         assert _wait_for_kernel(page) == "python3"
         _command(page, "notebook:run-all-cells")
         _answer_kernel_dialog(page, "Select", wait_ms=2_000)
-        live = page.locator(LIVE).first
+        live = _cell(page, 0).locator(LIVE)
         try:
             live.locator(DRAWN_AFTER).wait_for(timeout=240_000)
             live.locator(DRAWN_BEFORE).wait_for(timeout=60_000)
@@ -171,11 +183,11 @@ def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, art
     live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").uncheck()
     live.locator("button.jp-torchfuser-rerun").click()
     page.wait_for_function(
-        """([selector, before]) => {
-            const nodes = [...document.querySelectorAll(selector)].map(e => e.dataset.nodeId);
+        """([root, selector, before]) => {
+            const nodes = [...root.querySelectorAll(selector)].map(e => e.dataset.nodeId);
             return nodes.length > 0 && nodes.join() !== before.join();
         }""",
-        arg=[f'{LIVE} {DRAWN_AFTER} g.node', before], timeout=120_000)
+        arg=[live.element_handle(), f"{DRAWN_AFTER} g.node", before], timeout=120_000)
     after = _after_ids(live)
     assert after != before
     assert any(node.startswith("addmm") for node in after), after  # the GEMM stays an aten op
@@ -186,10 +198,25 @@ def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, art
 def test_hostile_names_in_lab_run_nothing(saved_notebook):
     page = saved_notebook["page"]
     # The second cell displays the hostile report through the MIME renderer alone.
-    page.locator(f"{STATIC} {DRAWN_AFTER}").last.wait_for(timeout=60_000)
+    hostile = _cell(page, 1).locator(STATIC)
+    hostile.locator(DRAWN_AFTER).wait_for(timeout=60_000)
     assert page.evaluate("window.__x") is None
     assert page.locator(".jp-torchfuser-view img, .jp-torchfuser-view script").count() == 0
-    assert '<img src=x onerror="window.__x=1">' in page.locator(STATIC).last.locator(".jp-torchfuser-title").inner_text()
+    assert '<img src=x onerror="window.__x=1">' in hostile.locator(".jp-torchfuser-title").inner_text()
+
+
+def test_torchfuse_magic_with_a_graph_break_offers_both_graphs(saved_notebook, artifacts_dir):
+    page = saved_notebook["page"]
+    magic_view = _cell(page, 3).locator(LIVE)
+    magic_view.locator(DRAWN_AFTER).wait_for(timeout=120_000)
+    select = magic_view.locator("select.jp-torchfuser-report-select")
+    assert select.locator("option").count() >= 2
+    first_title = magic_view.locator(".jp-torchfuser-title").inner_text()
+    select.select_option(index=1)
+    page.wait_for_function("([el, t]) => el.textContent !== t",
+                           arg=[magic_view.locator(".jp-torchfuser-title").element_handle(), first_title])
+    magic_view.locator(DRAWN_AFTER).wait_for(timeout=30_000)
+    magic_view.screenshot(path=str(artifacts_dir / "magic-graph-break.png"))
 
 
 def test_saved_notebook_reopened_without_kernel_shows_static_view(saved_notebook, lab_server, browser, artifacts_dir):
@@ -210,7 +237,7 @@ def test_saved_notebook_reopened_without_kernel_shows_static_view(saved_notebook
     try:
         assert _answer_kernel_dialog(page, "No Kernel", wait_ms=30_000), "Lab did not offer to open without a kernel"
         assert _kernel_now(page) == ""
-        view = page.locator(STATIC).first
+        view = _cell(page, 0).locator(STATIC)
         view.locator(DRAWN_AFTER).wait_for(timeout=60_000)
         view.locator(DRAWN_BEFORE).wait_for(timeout=60_000)
         assert view.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").count() >= 1

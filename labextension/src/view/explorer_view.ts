@@ -30,6 +30,8 @@ interface SideState {
 }
 
 const OTHER: Record<Side, Side> = { before: 'after', after: 'before' };
+const MIN_PANE_HEIGHT_PX = 180;
+const MAX_PANE_HEIGHT_PX = 520;
 const BUSY_STATUS = /^(running|compiling|busy|rerunning)/i;
 
 export class ExplorerView {
@@ -250,10 +252,19 @@ export class ExplorerView {
       )
     ).then(() => {
       if (token === this.drawToken) {
+        this.sizePanes();
         this.applySearch(false);
         this.applyKernelSelection();
       }
     });
+  }
+
+  /** Small graphs get short panes; big ones stop at the maximum and pan. */
+  private sizePanes(): void {
+    const needed = Math.max(this.panes.before.naturalHeightPx, this.panes.after.naturalHeightPx);
+    const height = Math.min(MAX_PANE_HEIGHT_PX, Math.max(MIN_PANE_HEIGHT_PX, needed + 24));
+    this.panes.before.setHeight(height);
+    this.panes.after.setHeight(height);
   }
 
   private rawCounterparts(side: Side, displayedId: string): Set<string> {

@@ -25,6 +25,15 @@ export interface GraphPaneCallbacks {
   onClick(side: Side, displayedId: string): void;
 }
 
+function naturalHeight(svg: SVGSVGElement): number {
+  const height = svg.getAttribute('height') ?? '';
+  const value = parseFloat(height);
+  if (!Number.isFinite(value)) {
+    return 0;
+  }
+  return height.endsWith('pt') ? (value * 4) / 3 : value;
+}
+
 export class GraphPane {
   readonly node: HTMLElement;
   readonly canvas: HTMLElement;
@@ -34,6 +43,8 @@ export class GraphPane {
   private highlighted = new Map<string, Element[]>();
   private hoveredId: string | null = null;
   private renderToken = 0;
+  /** Height the drawn graph needs at natural size, in CSS pixels (0 when nothing is drawn). */
+  naturalHeightPx = 0;
   /** Milliseconds the last render took (layout + insertion), for the speed check. */
   lastRenderMs = 0;
 
@@ -63,6 +74,11 @@ export class GraphPane {
     this.canvas.addEventListener('click', this.onClick);
   }
 
+  /** Sets the pane height (the view gives both panes the same one). */
+  setHeight(px: number): void {
+    this.canvas.style.height = `${Math.round(px)}px`;
+  }
+
   setCaption(text: string): void {
     this.caption.textContent = text;
   }
@@ -74,7 +90,9 @@ export class GraphPane {
     this.nodeElements = new Map();
     this.highlighted = new Map();
     this.hoveredId = null;
+    this.panZoom?.dispose();
     this.panZoom = null;
+    this.naturalHeightPx = 0;
     if (!graph || !display) {
       this.showMessage(message, 'empty');
       return;
@@ -100,6 +118,7 @@ export class GraphPane {
       return;
     }
     const insertStarted = performance.now();
+    this.naturalHeightPx = naturalHeight(svg);
     this.tagNodes(svg, graph, display);
     clear(this.canvas);
     this.canvas.appendChild(svg);

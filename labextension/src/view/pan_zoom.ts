@@ -12,21 +12,32 @@ interface Box {
 }
 
 const DRAG_THRESHOLD_PX = 4;
+/** Graphviz measures in points: at natural size one user unit is 4/3 CSS pixels. */
+const PX_PER_UNIT_AT_NATURAL_SIZE = 4 / 3;
 
 export class PanZoom {
-  private readonly initial: Box;
+  private readonly graphBox: Box;
+  private initial: Box;
   private box: Box;
+  private touched = false;
+  private readonly resizeObserver: ResizeObserver | null = null;
   private dragStart: { x: number; y: number; box: Box } | null = null;
   /** True right after a drag, so the click that ends it is not a node click. */
   dragged = false;
 
   constructor(private readonly svg: SVGSVGElement) {
-    this.initial = readViewBox(svg);
+    this.graphBox = readViewBox(svg);
+    this.initial = { ...this.graphBox };
     this.box = { ...this.initial };
     svg.removeAttribute('width');
     svg.removeAttribute('height');
     svg.setAttribute('preserveAspectRatio', 'xMidYMid meet');
     this.apply();
+    // Small graphs would otherwise be blown up to fill the pane.
+    if (typeof ResizeObserver !== 'undefined') {
+      this.resizeObserver = new ResizeObserver(() => this.fitWithoutUpscaling());
+      this.resizeObserver.observe(svg);
+    }
     svg.addEventListener('wheel', this.onWheel, { passive: false });
     svg.addEventListener('pointerdown', this.onPointerDown);
     svg.addEventListener('pointermove', this.onPointerMove);
@@ -39,6 +50,7 @@ export class PanZoom {
   }
 
   zoomBy(factor: number, centerX = 0.5, centerY = 0.5): void {
+    this.touched = true;
     const w = this.box.w / factor;
     const h = this.box.h / factor;
     this.box = {
@@ -51,8 +63,30 @@ export class PanZoom {
   }
 
   fit(): void {
+    this.touched = false;
     this.box = { ...this.initial };
     this.apply();
+  }
+
+  dispose(): void {
+    this.resizeObserver?.disconnect();
+  }
+
+  /** The whole graph, but never larger than its natural size; kept until the user pans or zooms. */
+  private fitWithoutUpscaling(): void {
+    const rect = this.svg.getBoundingClientRect();
+    if (!rect.width || !rect.height) {
+      return;
+    }
+    const g = this.graphBox;
+    const w = Math.max(g.w, rect.width / PX_PER_UNIT_AT_NATURAL_SIZE);
+    const h = Math.max(g.h, rect.height / PX_PER_UNIT_AT_NATURAL_SIZE);
+    // Keep the top of the graph at the top: graphs read downwards.
+    this.initial = { x: g.x - (w - g.w) / 2, y: g.y, w, h };
+    if (!this.touched) {
+      this.box = { ...this.initial };
+      this.apply();
+    }
   }
 
   /** True when the point (SVG user units) is inside the visible area, with a small margin. */
@@ -64,6 +98,7 @@ export class PanZoom {
 
   /** Centre the view on a point in SVG user units, keeping the zoom. */
   centerOn(x: number, y: number): void {
+    this.touched = true;
     this.box = { ...this.box, x: x - this.box.w / 2, y: y - this.box.h / 2 };
     this.apply();
   }
@@ -103,6 +138,7 @@ export class PanZoom {
     }
     if (!this.dragged) {
       this.dragged = true;
+      this.touched = true;
       this.svg.setPointerCapture?.(event.pointerId);
     }
     const rect = this.svg.getBoundingClientRect();

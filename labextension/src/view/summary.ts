@@ -54,17 +54,17 @@ export function renderReportSelector(
 export function renderKernelTable(report: Report, onKernelClick: (name: string) => void): HTMLElement {
   const rows = report.kernels.map(kernel =>
     el('tr', { attrs: { 'data-kernel': kernel.name } }, [
-      el('td', {}, [el('button', { className: 'jp-torchfuser-kernel-link', text: kernel.name, attrs: { type: 'button' } })]),
-      el('td', { text: kernel.kind }),
+      el('td', {}, [
+        el('button', { className: 'jp-torchfuser-kernel-link', text: kernel.name, attrs: { type: 'button', title: kernel.kind } })
+      ]),
       el('td', {}, [cacheBadge(kernel.cache)]),
       el('td', { text: formatSeconds(kernel.build_seconds) }),
-      el('td', { text: formatSeconds(kernel.mean_seconds) }),
-      el('td', { text: String(kernel.launches ?? 0) })
+      el('td', { text: formatSeconds(kernel.mean_seconds) })
     ])
   );
   const table = el('table', { className: 'jp-torchfuser-kernels' }, [
     el('thead', {}, [
-      el('tr', {}, ['kernel', 'kind', 'cache', 'build', 'per launch', 'launches'].map(h => el('th', { text: h })))
+      el('tr', {}, ['kernel', 'cache', 'build', 'per launch'].map(h => el('th', { text: h })))
     ]),
     el('tbody', {}, rows)
   ]);
