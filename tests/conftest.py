@@ -1,9 +1,11 @@
-"""Suite-wide set-up: a private kernel cache directory, so tests never see a developer's cache."""
+"""Suite-wide set-up: a private kernel cache directory, so tests never see a developer's cache, and the
+GEMM autotuner off (its own tests switch it on) so that every Linear does not cost a search."""
 
 import os
 import tempfile
 
 os.environ.setdefault("TORCHFUSER_CACHE_DIR", tempfile.mkdtemp(prefix="torchfuser-test-cache-"))
+os.environ.setdefault("TORCHFUSER_AUTOTUNE", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

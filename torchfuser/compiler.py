@@ -18,8 +18,11 @@ from torchfuser.graph_snapshot import snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name
 from torchfuser.ir.program import ProgramBuilder
 from torchfuser.passes import check_pass_names, run_pipeline
+from torchfuser.passes.fuse_reductions import REDUCTION_OPS, unfused_reason
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
+from torchfuser.runtime.autotune import tune_gemm
 from torchfuser.runtime.device import get_device
+from torchfuser.runtime.gemm_launch import ExternGemmLaunch, GemmKernel
 from torchfuser.runtime.executor import VIEW_OPS, Plan, Runtime
 from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.launch import FusedKernel
@@ -113,12 +116,14 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport) -> f
             report.fallbacks.append(FallbackEntry(target.__name__, node.name, "no OpenCL device: runs in PyTorch",
                                                   **_where(node)))
             continue
-        launch = target.configure([a.meta["val"] for a in node.args], plan.runtime.device.type_name)
-        if launch.empty:
-            continue
-        from torchfuser.codegen import kernel_source
-
+        fake_inputs = [a.meta["val"] for a in node.args]
         try:
+            tuning = None
+            if isinstance(target, GemmKernel) and fake_inputs[0].numel() and fake_inputs[1].numel():
+                tuning = tune_gemm(plan.runtime, target, fake_inputs)
+            launch = target.configure(fake_inputs, plan.runtime.device.type_name)
+            if launch.empty:
+                continue
             built, status = plan.runtime.build(launch.spec)
         except KernelBuildError as error:
             plan.fallback_nodes[node.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
@@ -131,10 +136,24 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport) -> f
         total += seconds
         report.kernels.append(KernelEntry(
             name=launch.spec.kernel_name, node=node.name, kind=target.kind, group=target.group,
-            cache_key=built.key, source=kernel_source(launch.spec), cache=status, build_seconds=seconds,
-            spec=launch.spec.key_text(), nodes=list(covers), sources=sources,
+            cache_key=built.key, source=built.source, cache=status, build_seconds=seconds,
+            spec=launch.spec.key_text(), nodes=list(covers), sources=sources, tuning=tuning,
+            transforms=_transforms(launch, fake_inputs),
         ))
     return total
+
+
+def _transforms(launch, inputs) -> list[str]:
+    """One-time constant transforms the kernel relies on, in words, for the report."""
+    spec = launch.spec
+    if getattr(spec, "schedule", None) == "packed":
+        k, n = inputs[1].shape
+        panels = -(-n // spec.tile_n)
+        return [f"B [{k}x{n}] packed once into {panels} panels of [{k}x{spec.tile_n}] "
+                f"({panels * k * spec.tile_n * 4 / 2**20:.1f} MiB), reused while the weight is unchanged"]
+    if isinstance(launch, ExternGemmLaunch):
+        return ["A @ B by the host BLAS (torch.mm) into a zero-copy buffer; this kernel is the epilogue"]
+    return []
 
 
 def _where(node) -> dict:
@@ -166,6 +185,10 @@ def _fallbacks(gm: fx.GraphModule, disabled) -> list[FallbackEntry]:
 def _fallback_reason(node: fx.Node, disabled) -> str:
     if node.target in (aten.mm.default, aten.addmm.default):
         return "fuse_gemm_epilogue is disabled" if "fuse_gemm_epilogue" in disabled else "operand dtype or rank not supported by the GEMM kernel"
+    if node.target in REDUCTION_OPS:
+        if "fuse_reductions" in disabled:
+            return "fuse_reductions is disabled"
+        return f"row reduction, left unfused: {unfused_reason(node) or 'its results are not used'}"
     if node.target in POINTWISE:
         if "fuse_pointwise" in disabled:
             return "fuse_pointwise is disabled"

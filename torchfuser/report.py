@@ -28,6 +28,8 @@ class KernelEntry:
     spec: str
     nodes: list[str]
     sources: list[dict]
+    tuning: dict | None = None  # GEMMs: {"winner", "candidates": {variant: seconds}, "source"}
+    transforms: list[str] = field(default_factory=list)  # one-time constant transforms (weight packing)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class CompileReport:
                 "source": k.source, "cache": k.cache, "build_seconds": k.build_seconds,
                 "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
                 "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
+                "tuning": k.tuning, "transforms": list(k.transforms),
             })
         timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
         timings["calls"] = getattr(self.plan, "calls", 0)

@@ -75,11 +75,15 @@ class _Call:
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = target.configure(inputs, self.runtime.device.type_name)
+        return self.run_launch(launch, target, inputs, on_build, label)
+
+    def run_launch(self, launch, target: FusedKernel, inputs, on_build=None, label=None):
+        """Allocate the outputs, bind the buffers and enqueue one configured launch."""
         arena = self.runtime.arena
         outs = [arena.empty_strided(*o) for o in launch.outputs]
         if not launch.empty:
             built = on_build(launch.spec) if on_build else self.runtime.build(launch.spec)[0]
-            inputs = launch.prepare(inputs)
+            inputs = launch.prepare(inputs, self)
             in_buffers, offsets = [], []
             for i, t in enumerate(inputs):
                 buffer = self.binding.bind(t)
@@ -106,6 +110,11 @@ class _Call:
 
     def reads_pending(self, tensors) -> bool:
         return bool(self.dirty) and any(storage_span(t)[0] in self.dirty for t in tensors)
+
+    def before_host_read(self, tensors) -> None:
+        """PyTorch is about to read these on the host: wait for the kernels that write them."""
+        if self.reads_pending(tensors):
+            self.sync()
 
     def sync(self) -> None:
         self.binding.to_host()
@@ -211,8 +220,8 @@ class Plan:
             elif kind == VIEW:
                 env[slot] = target(*args, **kwargs)
             elif kind == FALLBACK:
-                if call is not None and call.reads_pending(_tensors_in(list(args) + list(kwargs.values()))):
-                    call.sync()
+                if call is not None:
+                    call.before_host_read(_tensors_in(list(args) + list(kwargs.values())))
                 env[slot] = target(*args, **kwargs)
             else:
                 env[slot] = _fetch_attr(self.gm, target)

@@ -9,6 +9,7 @@ the strided schedule, which reads A and B as they are.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,9 +18,46 @@ from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Program
 from torchfuser.ir.specs import GemmSpec
-from torchfuser.runtime.launch import INT32_MAX, FusedKernel, Launch, broadcast_strides, extent
+from torchfuser.runtime.launch import (
+    INT32_MAX, FusedKernel, Launch, PointwiseKernel, PointwiseLaunch, broadcast_strides, extent,
+)
 
-PACKED_TILE = (8, 32)  # rows x columns of C per work-item: 16 float16 accumulators
+@dataclass(frozen=True)
+class GemmVariant:
+    """One way to run a GEMM: a schedule of the template (with its tile), or the host BLAS + epilogue."""
+
+    schedule: str  # packed | strided | extern
+    tile_m: int = 0
+    tile_n: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.schedule if self.schedule == "extern" else f"{self.schedule} {self.tile_m}x{self.tile_n}"
+
+    @classmethod
+    def parse(cls, name: str) -> "GemmVariant":
+        schedule, _, tile = name.partition(" ")
+        if schedule == "extern":
+            return cls("extern")
+        tile_m, tile_n = (int(v) for v in tile.split("x"))
+        return cls(schedule, tile_m, tile_n)
+
+
+PACKED_TILES = ((8, 32), (8, 48), (6, 32), (4, 64), (4, 32), (8, 16))  # the autotuner's CPU search space
+
+
+def default_variant(device_type: str, n: int) -> GemmVariant:
+    """The no-search choice: the packed 8x32 recipe on CPUs (8x16 for narrow outputs), strided elsewhere."""
+    if device_type == "CPU":
+        return GemmVariant("packed", 8, 32 if n > 16 else 16)
+    return GemmVariant("strided", 4, 8)
+
+
+def candidate_variants(device) -> list[GemmVariant]:
+    if device.type_name != "CPU":
+        return [GemmVariant("strided", tm, tn) for tm, tn in ((4, 8), (2, 4), (8, 4))]
+    found = [GemmVariant("packed", tm, tn) for tm, tn in PACKED_TILES]
+    return found + ([GemmVariant("extern")] if device.zero_copy else [])
 
 
 def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
@@ -56,7 +94,7 @@ class PackedWeights:
 class GemmLaunch(Launch):
     packer: PackedWeights | None = None
 
-    def prepare(self, inputs):
+    def prepare(self, inputs, call=None):
         if self.spec.schedule != "packed":
             return inputs
         return [inputs[0], self.packer.get(inputs[1], self.spec.tile_n), *inputs[2:]]
@@ -87,26 +125,59 @@ class GemmKernel(FusedKernel):
         super().__init__(group)
         self.epilogue = epilogue
         self.packer = PackedWeights()
+        self.choices: dict[tuple, GemmVariant] = {}  # shape key -> variant (from the autotuner)
+        self.tuning: dict[tuple, dict] = {}  # shape key -> what the autotuner measured, for the report
 
     def reference(self, a, b, *extras):
         acc = torch.mm(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
+    @staticmethod
+    def shape_key(inputs) -> tuple:
+        return (tuple(inputs[0].shape), tuple(inputs[1].shape))
+
     def _configure(self, inputs, device_type) -> Launch:
+        m, n = inputs[0].shape[0], inputs[1].shape[1]
+        variant = self.choices.get(self.shape_key(inputs)) or default_variant(device_type, n)
+        return self.launch_for(variant, inputs)
+
+    def launch_for(self, variant: GemmVariant, inputs) -> Launch:
         a, b, *extras = inputs
         (m, k), n = a.shape, b.shape[1]
+        if variant.schedule == "extern":
+            return ExternGemmLaunch.create(self, a, b, extras)
         extra_strides = [broadcast_strides((m, n), e) for e in extras]
         reach = max([m * n, k * (n + 64)] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
-        if device_type == "CPU":
-            tile_m, tile_n = PACKED_TILE if n > 16 else (PACKED_TILE[0], 16)
-            layouts = tuple(_extra_layout(s) for s in extra_strides)
-            spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, tile_m, tile_n, "packed", layouts)
-        else:
-            spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type)
+        layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
+        spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
+                        variant.schedule, layouts)
         grid = ((n + spec.tile_n - 1) // spec.tile_n, (m + spec.tile_m - 1) // spec.tile_m)
         out = ((m, n), (n, 1), TORCH_DTYPES[self.epilogue.output_dtypes[0]])
         launch = GemmLaunch(spec, grid, [out], [a.stride(), b.stride(), extra_strides, (m, n, k)],
                             empty=m * n == 0)
         launch.packer = self.packer
         return launch
+
+
+class ExternGemmLaunch(PointwiseLaunch):
+    """The host BLAS writes A @ B into a fresh buffer (zero-copy: the kernel reads it where it lies), then the
+    epilogue runs as a pointwise kernel over it: TorchInductor's extern-kernel-plus-epilogue idea."""
+
+    @classmethod
+    def create(cls, gemm: GemmKernel, a, b, extras) -> "ExternGemmLaunch":
+        m, n = a.shape[0], b.shape[1]
+        epilogue = PointwiseKernel(gemm.epilogue, (m, n), (n, 1), gemm.group)
+        accumulator = torch.empty((m, n), dtype=torch.float32, device="meta")
+        inner = epilogue.configure([accumulator, *extras])
+        return cls(**vars(inner))
+
+    def prepare(self, inputs, call=None):
+        a, b, *extras = inputs
+        if call is not None:
+            call.before_host_read([a, b])
+        shape = (a.shape[0], b.shape[1])
+        accumulator = (call.runtime.arena.empty_strided(shape, (shape[1], 1), torch.float32) if call is not None
+                       else torch.empty(shape, dtype=torch.float32))  # the arena's pages are already mapped
+        torch.mm(a, b, out=accumulator)
+        return [accumulator, *extras]

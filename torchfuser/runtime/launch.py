@@ -32,8 +32,9 @@ class Launch:
     scalars: list = field(default_factory=list)  # trailing scalar kernel arguments
     empty: bool = False  # nothing to compute (zero-size): outputs are allocated, no launch
 
-    def prepare(self, inputs: list) -> list:
-        """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs."""
+    def prepare(self, inputs: list, call=None) -> list:
+        """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.
+        Host work that reads tensors must first call `call.before_host_read(tensors)`."""
         return inputs
 
     def arguments(self, in_buffers, in_offsets, out_buffers) -> list:

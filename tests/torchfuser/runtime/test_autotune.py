@@ -1,0 +1,89 @@
+"""The GEMM autotuner: candidates timed and checked, the tuning database written, reused and survived."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+import torchfuser.runtime.gemm_launch as gemm_launch
+from eager_compare import assert_close
+
+
+@pytest.fixture
+def tuning(tmp_path, monkeypatch):
+    """Autotuning on, a private cache dir, and a two-tile search space so tests stay quick."""
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ((8, 32), (4, 16)))
+    return tmp_path
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(48, 80), nn.GELU()).eval()
+
+
+def compile_and_check(m, x):
+    with torch.no_grad():
+        assert_close(torchfuser.compile(m)(x), m(x), atol=1e-4)
+    (kernel,) = torchfuser.last_report().to_dict()["kernels"]
+    return kernel
+
+
+def test_the_search_times_every_candidate_and_keeps_a_correct_winner(tuning):
+    kernel = compile_and_check(model(), torch.randn(33, 48))
+    record = kernel["tuning"]
+    assert record["source"] == "tuned"
+    assert set(record["candidates"]) == {"packed 8x32", "packed 4x16", "extern"}
+    assert record["winner"] in record["candidates"] and all(t > 0 for t in record["candidates"].values())
+    stored = json.loads((tuning / "tuning.json").read_text())
+    (entries,) = stored["devices"].values()
+    assert [e["winner"] for e in entries.values()] == [record["winner"]]
+
+
+def test_a_new_process_reuses_the_database(tuning):
+    compile_and_check(model(), torch.randn(33, 48))
+    code = textwrap.dedent("""
+        import torch, torch.nn as nn, torchfuser
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(48, 80), nn.GELU()).eval()
+        x = torch.randn(33, 48)
+        with torch.no_grad():
+            torch.testing.assert_close(torchfuser.compile(m)(x), m(x), rtol=1e-4, atol=1e-4)
+        print("SOURCE", torchfuser.last_report().kernels[0].tuning["source"])
+    """)
+    env = {**os.environ, "TORCHFUSER_CACHE_DIR": str(tuning), "TORCHFUSER_AUTOTUNE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "SOURCE tuning database" in done.stdout
+
+
+def test_a_damaged_database_is_ignored_with_a_warning_and_rewritten(tuning):
+    (tuning / "tuning.json").write_text("{ not json")
+    with pytest.warns(RuntimeWarning, match="damaged tuning database"):
+        kernel = compile_and_check(model(), torch.randn(9, 48))
+    assert kernel["tuning"]["source"] == "tuned"
+    assert json.loads((tuning / "tuning.json").read_text())["version"] == 1
+
+
+def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch):
+    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ())  # only the host BLAS is left to choose
+    x = torch.randn(17, 48)
+    kernel = compile_and_check(model(), x)
+    assert kernel["tuning"]["winner"] == "extern"
+    assert kernel["kind"] == "gemm" and kernel["name"].startswith("tf_pointwise_")  # the epilogue kernel
+    assert any("host BLAS" in t for t in kernel["transforms"])
+
+
+def test_autotune_off_takes_the_heuristic(tuning, monkeypatch):
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "0")
+    kernel = compile_and_check(model(), torch.randn(5, 48))
+    assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "packed 8x32"
+    assert any("packed once" in t for t in kernel["transforms"])
+    assert not (tuning / "tuning.json").exists()

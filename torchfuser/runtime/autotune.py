@@ -1,0 +1,140 @@
+"""GEMM autotuner: time a small space of variants on the real device, keep the winner in a database.
+
+For each (device, shapes, strides, epilogue) the tuner runs every candidate (template tiles; on shared-
+memory devices also the host BLAS + OpenCL epilogue) on random inputs with the graph's layouts, checks it
+against the PyTorch reference, and keeps the fastest that is right. Choices live in
+$TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
+warning. TORCHFUSER_AUTOTUNE=0 takes the heuristic choice without a search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+from torchfuser.runtime.gemm_launch import GemmKernel, GemmVariant, candidate_variants, default_variant
+from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
+
+DB_VERSION = 1
+REPEATS = 5
+PROGRESS_AFTER_SECONDS = 1.0
+
+
+def autotune_enabled() -> bool:
+    return os.environ.get("TORCHFUSER_AUTOTUNE", "1") != "0"
+
+
+def tuning_key(kernel: GemmKernel, inputs) -> str:
+    layout = "|".join(f"{tuple(t.shape)}:{t.stride()}" for t in inputs)
+    epilogue = hashlib.sha256(kernel.epilogue.text().encode()).hexdigest()[:16]
+    return f"{layout}|{epilogue}"
+
+
+class TuningDatabase:
+    """{device identity: {tuning key: {"winner": name, "candidates": {name: seconds}}}} in one JSON file."""
+
+    def __init__(self, path=None):
+        self.path = path or cache_dir() / "tuning.json"
+
+    def _load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("version") != DB_VERSION or not isinstance(data.get("devices"), dict):
+                raise ValueError("unexpected layout")
+            return data
+        except FileNotFoundError:
+            return {"version": DB_VERSION, "devices": {}}
+        except (OSError, ValueError) as error:
+            warnings.warn(f"torchfuser: ignoring damaged tuning database {self.path} ({error})", RuntimeWarning,
+                          stacklevel=3)
+            return {"version": DB_VERSION, "devices": {}}
+
+    def get(self, device_identity: str, key: str) -> dict | None:
+        return self._load()["devices"].get(device_identity, {}).get(key)
+
+    def put(self, device_identity: str, key: str, entry: dict) -> None:
+        data = self._load()  # re-read: another process may have added entries
+        data["devices"].setdefault(device_identity, {})[key] = entry
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tuning.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as error:
+            warnings.warn(f"torchfuser: could not write the tuning database: {error}", RuntimeWarning, stacklevel=3)
+
+
+def tune_gemm(runtime, kernel: GemmKernel, inputs) -> dict:
+    """Choose the variant for these (fake or real) inputs; sets kernel.choices and returns the record."""
+    device = runtime.device
+    shape_key = kernel.shape_key(inputs)
+    if not autotune_enabled():
+        variant = default_variant(device.type_name, inputs[1].shape[1])
+        record = {"winner": variant.name, "candidates": {}, "source": "heuristic (TORCHFUSER_AUTOTUNE=0)"}
+    else:
+        database, key = TuningDatabase(), tuning_key(kernel, inputs)
+        record = database.get(device.identity, key)
+        if record is not None:
+            record = {**record, "source": "tuning database"}
+        else:
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
+                record = _search(runtime, kernel, [_real_like(t) for t in inputs])
+            database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
+    kernel.choices[shape_key] = GemmVariant.parse(record["winner"])
+    kernel.tuning[shape_key] = record
+    return record
+
+
+def _real_like(t: torch.Tensor) -> torch.Tensor:
+    """Random data with t's shape, strides and offset (t may be a fake tensor)."""
+    span = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+    base = torch.randn(max(span, 1), dtype=t.dtype) if t.dtype.is_floating_point else torch.zeros(max(span, 1), dtype=t.dtype)
+    return base.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def _search(runtime, kernel: GemmKernel, inputs) -> dict:
+    from torchfuser.runtime.executor import _Call
+
+    m, k, n = inputs[0].shape[0], inputs[0].shape[1], inputs[1].shape[1]
+    expected = kernel.reference(*inputs)
+    candidates = candidate_variants(runtime.device)
+    times, rejected = {}, {}
+    started = time.perf_counter()
+    for step, variant in enumerate(candidates, start=1):
+        if time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
+            print(f"\rtorchfuser: tuning GEMM {m}x{n}x{k} [{step}/{len(candidates)}] {variant.name:<12}",
+                  end="", file=sys.stderr, flush=True)
+        launch = kernel.launch_for(variant, inputs)
+        try:
+            runtime.build(launch.spec)
+        except KernelBuildError as error:
+            rejected[variant.name] = f"build failed: {error.log.strip()[:200]}"
+            continue
+        samples = []
+        for _ in range(REPEATS + 1):
+            call = _Call(runtime)
+            t0 = time.perf_counter()
+            out = call.run_launch(launch, kernel, list(inputs))
+            call.sync()
+            samples.append(time.perf_counter() - t0)
+        if not torch.allclose(out, expected, rtol=1e-3, atol=1e-3, equal_nan=True):
+            rejected[variant.name] = "wrong result"
+            continue
+        times[variant.name] = statistics.median(samples[1:])
+    if time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
+        print(file=sys.stderr)
+    if not times:
+        raise KernelBuildError(f"gemm {m}x{n}x{k}", f"no GEMM variant built and computed correctly: {rejected}")
+    winner = min(times, key=times.get)
+    return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}

@@ -1,0 +1,91 @@
+"""The row-reduction graph target: schedule by device type, load layouts, launch arguments.
+
+Rows are the last dim of `row_shape`; every load is broadcast to it and read through its own strides (the
+outer dims collapse like a pointwise kernel's). Outputs are contiguous: element outputs shaped like the
+rows, row outputs one value per row in row order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from torchfuser.codegen.pointwise_ops import TORCH_DTYPES
+from torchfuser.ir.reduction import RowReduction, run_row_reduction
+from torchfuser.ir.specs import GROUP_PER_ROW, ROW_PER_ITEM, ReductionSpec
+from torchfuser.runtime.launch import (
+    INT32_MAX, VECTOR_WIDTHS, FusedKernel, Launch, _collapse, _contiguous_strides, broadcast_strides, extent,
+)
+
+GROUP_SIZES = (32, 256)  # a work-group per row: at least a warp, at most what most GPUs give freely
+
+
+class ReductionLaunch(Launch):
+    local_size: tuple | None = None  # group_per_row: the work-group the kernel is written for
+    load_strides: list = []  # per load: (outer strides, column stride)
+
+    def arguments(self, in_buffers, in_offsets, out_buffers):
+        index = np.int64 if self.spec.index_type == "long" else np.int32
+        args = []
+        for buffer, offset, layout, (outer, column) in zip(in_buffers, in_offsets, self.spec.layouts, self.load_strides):
+            args += [buffer, index(offset), *map(index, outer)]
+            if layout == "strided":
+                args.append(index(column))
+        return args + list(out_buffers) + [index(x) for x in self.scalars]
+
+
+def _row_layout(column_stride: int, n: int) -> str:
+    if column_stride == 0 or n == 1:
+        return "bcast" if column_stride == 0 else "contig"
+    return "contig" if column_stride == 1 else "strided"
+
+
+def group_size_for(n: int) -> int:
+    return min(GROUP_SIZES[1], max(GROUP_SIZES[0], 1 << max(n - 1, 0).bit_length()))
+
+
+class ReductionKernel(FusedKernel):
+    """outs = element outputs (row_shape) + row outputs (their own shapes, one value per row)."""
+
+    kind = "reduction"
+
+    def __init__(self, reduction: RowReduction, row_shape, row_output_shapes, group: int):
+        super().__init__(group)
+        self.reduction = reduction
+        self.row_shape = tuple(row_shape)
+        self.row_output_shapes = [tuple(s) for s in row_output_shapes]
+
+    def reference(self, *loads):
+        elements, rows = run_row_reduction(self.reduction, list(loads), self.row_shape)
+        outs = elements + [r.reshape(shape) for r, shape in zip(rows, self.row_output_shapes)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _configure(self, inputs, device_type) -> Launch:
+        shape = self.row_shape
+        n = shape[-1]
+        rows = math.prod(shape[:-1])
+        strides = [broadcast_strides(shape, t) for t in inputs]
+        dims = _collapse(list(shape[:-1]), [st[:-1] for st in strides])
+        sizes = [s for s, _ in dims]
+        outer = [[st[k] for _, st in dims] for k in range(len(inputs))]
+        layouts = tuple(_row_layout(st[-1], n) for st in strides)
+        reach = max([rows * n] + [extent(t) for t in inputs])
+        index_type = "int" if reach <= INT32_MAX else "long"
+        if device_type == "CPU":
+            width = VECTOR_WIDTHS.get(self.reduction.stages[0].acc_dtype, 1) if self.reduction.stages else 1
+            spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, ROW_PER_ITEM, vector_width=width)
+            global_size, local_size = (max(rows, 1),), None
+        else:
+            group = group_size_for(n)
+            spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, GROUP_PER_ROW, 1, group)
+            global_size, local_size = (max(rows, 1) * group,), (group,)
+        outputs = [(shape, tuple(_contiguous_strides(shape)), TORCH_DTYPES[d])
+                   for d in self.reduction.element_output_dtypes]
+        outputs += [(s, tuple(_contiguous_strides(s)), TORCH_DTYPES[d])
+                    for s, d in zip(self.row_output_shapes, self.reduction.row_output_dtypes)]
+        empty = rows == 0 or (n == 0 and not self.reduction.row_outputs)
+        launch = ReductionLaunch(spec, global_size, outputs, [rows, n, *sizes], empty=empty)
+        launch.local_size = local_size
+        launch.load_strides = [(o, st[-1]) for o, st in zip(outer, strides)]
+        return launch
