@@ -2,7 +2,8 @@
 
 from torchfuser.codegen.gemm import gemm_source
 from torchfuser.codegen.pointwise import pointwise_source
-from torchfuser.ir.specs import GemmSpec, PointwiseSpec
+from torchfuser.codegen.reduction import reduction_source
+from torchfuser.ir.specs import GemmSpec, PointwiseSpec, ReductionSpec
 
 
 def kernel_source(spec) -> str:
@@ -10,4 +11,6 @@ def kernel_source(spec) -> str:
         return pointwise_source(spec)
     if isinstance(spec, GemmSpec):
         return gemm_source(spec)
+    if isinstance(spec, ReductionSpec):
+        return reduction_source(spec)
     raise TypeError(f"no code generator for {type(spec).__name__}")

@@ -105,3 +105,50 @@ class GemmSpec:
     @property
     def kernel_name(self) -> str:
         return f"tf_gemm_{_short_hash(self.key_text())}"
+
+
+# Row-reduction schedules: CPU devices run one work-item per row with vectors along it; GPUs run a
+# work-group per row, strided over the row, combined through a local-memory tree.
+ROW_PER_ITEM = "row_per_item"
+GROUP_PER_ROW = "group_per_row"
+ROW_LAYOUTS = ("contig", "bcast", "strided")  # along the row: stride 1, stride 0 (one value per row), other
+
+
+@dataclass(frozen=True)
+class ReductionSpec:
+    """A RowReduction (ir/reduction.py) over rows whose outer dims collapse to `ndim` dims.
+
+    Each load is read at `base + j * column_stride`, base from the row's outer coordinates; its layout
+    along the row picks vector loads (contig), one load per row (bcast) or a strided gather.
+    """
+
+    reduction: object  # RowReduction (typed loosely: ir/reduction.py imports the codegen op table)
+    layouts: tuple[str, ...]  # one per load
+    ndim: int  # collapsed outer dims
+    index_type: str = "int"
+    schedule: str = ROW_PER_ITEM
+    vector_width: int = 16  # row_per_item: elements per vector step (1: scalar loops only)
+    group_size: int = 256  # group_per_row: work-items per row (the local-memory tree's width)
+
+    kind = "reduction"
+
+    def __post_init__(self):
+        if len(self.layouts) != len(self.reduction.load_dtypes):
+            raise ValueError("one layout per load")
+        if any(layout not in ROW_LAYOUTS for layout in self.layouts):
+            raise ValueError(f"row layouts must be among {ROW_LAYOUTS}")
+        if self.schedule not in (ROW_PER_ITEM, GROUP_PER_ROW):
+            raise ValueError(f"schedule is {ROW_PER_ITEM!r} or {GROUP_PER_ROW!r}")
+        if self.index_type not in ("int", "long"):
+            raise ValueError("index_type is 'int' or 'long'")
+
+    def key_text(self) -> str:
+        return (
+            f"reduction layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
+            f"schedule={self.schedule} vector={self.vector_width} group={self.group_size}\n"
+            f"{self.reduction.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return f"tf_reduction_{_short_hash(self.key_text())}"

@@ -17,10 +17,15 @@ from torchfuser.passes.base import PassResult
 from torchfuser.passes.eliminate_dead_code import eliminate_dead_code
 from torchfuser.passes.fuse_gemm_epilogue import fuse_gemm_epilogue
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
+from torchfuser.passes.fuse_reductions import fuse_reductions
 
 PASSES = {
     # GEMM first: it claims the bias add and activation that fuse_pointwise would otherwise take.
     "fuse_gemm_epilogue": fuse_gemm_epilogue,
+    # row reductions next, before fuse_pointwise: they take the elementwise ops around them (mask add,
+    # scale, weight, bias, rmsnorm's chain) as prologue and epilogue instead of separate kernels; after the
+    # GEMMs so a Linear keeps its bias and activation.
+    "fuse_reductions": fuse_reductions,
     # then every remaining elementwise chain
     "fuse_pointwise": fuse_pointwise,
     # last: clean up whatever the fusions left unused

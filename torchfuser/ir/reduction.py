@@ -1,0 +1,252 @@
+"""Row reductions in the SSA IR: a few passes over each row, each reducing a pointwise program.
+
+A row is the last dim of a tensor. A `RowReduction` reads `loads` (tensors broadcast to the row space,
+one element per (row, j)) and computes, per row:
+
+  stage k:  acc = combine over j of element_k(loads at j, row values so far)      (combine: sum | max)
+            new row values = finish_k(acc, row length, row values so far)
+  final:    element outputs at j = final(loads at j, all row values)
+            row outputs = some of the row values
+
+Every program is the pointwise `Program` that pointwise kernels and GEMM epilogues use, so a pointwise
+prologue (mask add, scale, residual) is simply lowered into each stage's element program and an epilogue
+(weight, bias, activation) into the final program. Softmax, for example:
+
+  stage 0:  max of x              → m
+  stage 1:  sum of exp(x - m)     → inv = 1 / sum
+  final:    exp(x - m) * inv
+
+`ROW_REDUCTIONS` maps the ATen ops to templates that build these stages (the prologue arrives as a
+callback that lowers it into any element program). `run_row_reduction` is the reference meaning in
+PyTorch (the fallback path and the tests' oracle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from torchfuser.codegen.pointwise_ops import TORCH_DTYPES
+from torchfuser.ir.interpret import run_program
+from torchfuser.ir.program import Const, Program, ProgramBuilder
+
+COMBINES = ("sum", "max")
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class RowStage:
+    element: Program  # inputs: the loads, then the row values of earlier stages; one output
+    combine: str  # "sum" | "max"
+    finish: Program  # inputs: the combined value, the row length (accumulator dtype), earlier row values
+
+    @property
+    def acc_dtype(self) -> str:
+        return self.element.output_dtypes[0]
+
+
+@dataclass(frozen=True)
+class RowReduction:
+    load_dtypes: tuple[str, ...]
+    stages: tuple[RowStage, ...]
+    final: Program  # inputs: the loads, then every row value; outputs: element outputs (possibly none)
+    row_outputs: tuple[int, ...]  # indices of the row values written out, one value per row
+
+    def __post_init__(self):
+        rows = 0
+        for k, stage in enumerate(self.stages):
+            if stage.combine not in COMBINES:
+                raise ValueError(f"stage {k}: combine must be one of {COMBINES}")
+            expected = self.load_dtypes + self.row_dtypes[:rows]
+            if stage.element.input_dtypes != expected or len(stage.element.outputs) != 1:
+                raise ValueError(f"stage {k}: element program must take {expected} and give one value")
+            acc = stage.acc_dtype
+            if stage.finish.input_dtypes != (acc, acc) + self.row_dtypes[:rows]:
+                raise ValueError(f"stage {k}: finish program takes (acc, n, earlier row values)")
+            rows += len(stage.finish.outputs)
+        if self.final.input_dtypes != self.load_dtypes + self.row_dtypes:
+            raise ValueError("final program takes the loads and every row value")
+        if any(not 0 <= i < rows for i in self.row_outputs):
+            raise ValueError("row output index out of range")
+
+    @property
+    def row_dtypes(self) -> tuple[str, ...]:
+        return tuple(d for s in self.stages for d in s.finish.output_dtypes)
+
+    @property
+    def element_output_dtypes(self) -> tuple[str, ...]:
+        return self.final.output_dtypes
+
+    @property
+    def row_output_dtypes(self) -> tuple[str, ...]:
+        return tuple(self.row_dtypes[i] for i in self.row_outputs)
+
+    def row_inputs_before(self, k: int) -> int:
+        """How many row values the element program of stage k sees."""
+        return sum(len(s.finish.outputs) for s in self.stages[:k])
+
+    def text(self) -> str:
+        """Exact text (hex floats through Program.text): the part of a cache key this IR owns."""
+        parts = [f"loads {','.join(self.load_dtypes)}"]
+        for k, stage in enumerate(self.stages):
+            parts += [f"stage {k} {stage.combine}", stage.element.text(), f"finish {k}", stage.finish.text()]
+        parts += ["final", self.final.text(), f"row_outputs {','.join(map(str, self.row_outputs))}"]
+        return "\n".join(parts)
+
+
+class RowReductionBuilder:
+    """Builds a RowReduction stage by stage. Element builders number their inputs loads first, then row
+    values; `row_input(builder, r)` is the id of row value r in such a builder. The last stage's finish
+    program stays open (`finish`) so a row-level epilogue (e.g. rmsnorm's add eps, rsqrt) can join it."""
+
+    def __init__(self, load_dtypes):
+        self.load_dtypes = tuple(load_dtypes)
+        self.stages: list[RowStage] = []
+        self.row_dtypes: list[str] = []
+        self._pending = None  # (element program, combine, finish builder, finish outputs)
+
+    def element(self) -> ProgramBuilder:
+        self._close()
+        return ProgramBuilder(self.load_dtypes + tuple(self.row_dtypes))
+
+    def row_input(self, r: int) -> int:
+        return len(self.load_dtypes) + r
+
+    def reduce(self, builder: ProgramBuilder, value: int, combine: str) -> ProgramBuilder:
+        """End an element program with `value` reduced by `combine`; returns the open finish builder, whose
+        input 0 is the combined value and input 1 the row length."""
+        acc = builder.dtype_of(value)
+        finish = ProgramBuilder((acc, acc, *self.row_dtypes))
+        self._pending = (builder.build([value]), combine, finish, [])
+        return finish
+
+    @property
+    def finish(self) -> ProgramBuilder:
+        return self._pending[2]
+
+    def finish_row_input(self, r: int) -> int:
+        """The id of an earlier stage's row value r inside the open finish builder."""
+        return 2 + r
+
+    def add_row(self, value: int) -> int:
+        """Make a value of the open finish builder a row value; returns its row index."""
+        outputs = self._pending[3]
+        outputs.append(value)
+        return len(self.row_dtypes) + len(outputs) - 1
+
+    def _close(self) -> None:
+        if self._pending is None:
+            return
+        element, combine, finish, outputs = self._pending
+        if not outputs:
+            raise ValueError("a stage must define at least one row value")
+        program = finish.build(outputs)
+        self.stages.append(RowStage(element, combine, program))
+        self.row_dtypes += program.output_dtypes
+        self._pending = None
+
+    def final(self) -> ProgramBuilder:
+        self._close()
+        return ProgramBuilder(self.load_dtypes + tuple(self.row_dtypes))
+
+    def build(self, final: ProgramBuilder, element_outputs, row_outputs) -> RowReduction:
+        return RowReduction(self.load_dtypes, tuple(self.stages), final.build(element_outputs), tuple(row_outputs))
+
+
+# ---------------------------------------------------------------- templates for the ATen ops
+#
+# A template gets the builder and `source(builder) -> value`, which lowers the reduced input (with its
+# prologue) into an element builder. It returns an AnchorValues: where each result of the op lives.
+
+
+@dataclass
+class AnchorValues:
+    element: Callable[[ProgramBuilder], int] | None  # emits the op's element result into the final program
+    rows: dict  # result index (0 for single results; 1, 2 for layernorm's mean, rstd) -> row value index
+    row_in_finish: dict  # result index -> its value id in the still open finish builder (row epilogue)
+
+
+def _f32(value: float) -> Const:
+    return Const(float(value), "float32")
+
+
+def softmax_template(rb: RowReductionBuilder, source, log: bool = False) -> AnchorValues:
+    eb = rb.element()
+    rb.reduce(eb, source(eb), "max")
+    m = rb.add_row(0)
+
+    def shifted(b: ProgramBuilder) -> int:
+        return b.emit("sub", (source(b), rb.row_input(m)), "float32")
+
+    eb = rb.element()
+    fb = rb.reduce(eb, eb.emit("exp", (shifted(eb),), "float32"), "sum")
+    # eager: exp(x - max) * (1 / sum) for softmax, (x - max) - log(sum) for log_softmax
+    s = rb.add_row(fb.emit("log" if log else "reciprocal", (0,), "float32"))
+
+    def element(b: ProgramBuilder) -> int:
+        if log:
+            return b.emit("sub", (shifted(b), rb.row_input(s)), "float32")
+        return b.emit("mul", (b.emit("exp", (shifted(b),), "float32"), rb.row_input(s)), "float32")
+
+    return AnchorValues(element, {}, {})
+
+
+def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None, bias=None) -> AnchorValues:
+    """Two passes for the statistics (mean, then the mean of squared deviations: no cancellation), fp32.
+    `weight`/`bias` are load indices or None."""
+    eb = rb.element()
+    fb = rb.reduce(eb, source(eb), "sum")
+    mean = rb.add_row(fb.emit("div", (0, 1), "float32"))
+
+    def centred(b: ProgramBuilder) -> int:
+        return b.emit("sub", (source(b), rb.row_input(mean)), "float32")
+
+    eb = rb.element()
+    d = centred(eb)
+    fb = rb.reduce(eb, eb.emit("mul", (d, d), "float32"), "sum")
+    variance = fb.emit("div", (0, 1), "float32")
+    rstd = rb.add_row(fb.emit("rsqrt", (fb.emit("add", (variance, _f32(eps)), "float32"),), "float32"))
+
+    def element(b: ProgramBuilder) -> int:
+        y = b.emit("mul", (centred(b), rb.row_input(rstd)), "float32")
+        if weight is not None:
+            y = b.emit("mul", (y, b.cast(weight, "float32")), "float32")
+        if bias is not None:
+            y = b.emit("add", (y, b.cast(bias, "float32")), "float32")
+        return y
+
+    return AnchorValues(element, {1: mean, 2: rstd}, {})
+
+
+def reduce_template(rb: RowReductionBuilder, source, kind: str) -> AnchorValues:
+    """sum / mean / amax over the row: one stage; its value stays open for a row-level epilogue."""
+    eb = rb.element()
+    fb = rb.reduce(eb, source(eb), "max" if kind == "amax" else "sum")
+    value = fb.emit("div", (0, 1), "float32") if kind == "mean" else 0
+    return AnchorValues(None, {0: rb.add_row(value)}, {0: value})
+
+
+# ---------------------------------------------------------------- reference semantics
+
+
+def run_row_reduction(reduction: RowReduction, loads, row_shape) -> tuple[list, list]:
+    """(element outputs shaped row_shape, row outputs shaped row_shape[:-1] + (1,)) computed by PyTorch."""
+    row_shape = tuple(row_shape)
+    loads = [torch.as_tensor(t).broadcast_to(row_shape) for t in loads]
+    rows: list[torch.Tensor] = []
+    for stage in reduction.stages:
+        (value,) = run_program(stage.element, loads + rows)
+        value = value.broadcast_to(row_shape)
+        if stage.combine == "sum":
+            acc = value.sum(-1, keepdim=True)
+        elif row_shape[-1] == 0:
+            acc = torch.full(row_shape[:-1] + (1,), float("-inf"), dtype=value.dtype)
+        else:
+            acc = value.amax(-1, keepdim=True)
+        n = torch.tensor(row_shape[-1], dtype=TORCH_DTYPES[stage.acc_dtype])
+        rows += [r.broadcast_to(acc.shape) for r in run_program(stage.finish, [acc, n, *rows])]
+    elements = [o.broadcast_to(row_shape).contiguous() for o in run_program(reduction.final, loads + rows)]
+    row_outs = [rows[i].broadcast_to(row_shape[:-1] + (1,)).contiguous() for i in reduction.row_outputs]
+    return elements, row_outs

@@ -1,0 +1,306 @@
+"""fuse_reductions: a reduction over the last dim, with the elementwise ops around it, becomes one kernel.
+
+Rule: each anchor, `_softmax`, `_log_softmax`, `native_layer_norm` (one normalised dim), `sum.dim_IntList`,
+`mean.dim` or `amax` over the last dim only (keepdim either way), becomes a `ReductionKernel` together with
+- its prologue: the elementwise producers of its input, of the same shape, whose users are all in the
+  kernel (a mask add, a scale, a residual add); they are recomputed in every pass over the row;
+- its epilogue: elementwise consumers of its results, in graph order. Row-level ones (same shape as a
+  sum/mean/amax result, no tensor operands of their own: rmsnorm's add eps and rsqrt) join the last
+  statistic; element-level ones (the row shape: weight, bias, activation, residual, rmsnorm's mul x) join
+  the final program, loading their other operands broadcast to the rows. A row value used by an
+  element-level op must keep its dim (keepdim shape).
+Nodes used outside the kernel become its outputs. An operand that depends on the kernel's own results is
+never loaded (that would need a cycle). LLaMA's rmsnorm, pow -> mean.dim -> add -> rsqrt -> mul -> mul,
+is thus one kernel.
+
+Preconditions: float32 reduced input with a last dim of at least one element (rows may be zero); outputs
+the graph expects contiguous; loads of any supported dtype and strides. Runs after fuse_gemm_epilogue (a
+GEMM keeps its bias and activation) and before fuse_pointwise (which would otherwise take the prologue
+and epilogue into separate kernels).
+
+    before:  m = mul(x, 0.125); a = add(m, mask); s = _softmax(a, -1, False); return s
+    after:   s = tf_reduction_group0(x, mask)          # max, sum of exp, exp * 1/sum; prologue inlined
+             return s
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+
+import torch
+import torch.fx as fx
+
+from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.ir.program import ProgramBuilder
+from torchfuser.ir.reduction import RowReductionBuilder, layer_norm_template, reduce_template, softmax_template
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
+from torchfuser.runtime.reduction_launch import ReductionKernel
+
+aten = torch.ops.aten
+
+KINDS = {
+    aten._softmax.default: "softmax",
+    aten._log_softmax.default: "log_softmax",
+    aten.native_layer_norm.default: "layer_norm",
+    aten.sum.dim_IntList: "sum",
+    aten.mean.dim: "mean",
+    aten.amax.default: "amax",
+}
+REDUCTION_OPS = frozenset(KINDS)
+
+
+def fuse_reductions(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    group = next_group_id(gm)
+    claimed: set[fx.Node] = set()
+    fused = prologue_ops = epilogue_ops = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in REDUCTION_OPS or node in claimed:
+            continue
+        match = _match(gm, node, claimed)
+        if match is None:
+            continue
+        _rewrite(gm, match, group + fused)
+        claimed |= match.members
+        fused += 1
+        prologue_ops += len(match.prologue)
+        epilogue_ops += len(match.row_epilogue) + len(match.element_epilogue)
+    if fused:
+        erase_nodes(gm, claimed)
+    return PassResult(gm, fused > 0, {
+        "reductions": fused, "prologue_ops": prologue_ops, "epilogue_ops": epilogue_ops,
+        "nodes_before": before, "nodes_after": count_ops(gm),
+    })
+
+
+# ---------------------------------------------------------------- the anchor
+
+
+def _arg(node: fx.Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _last_dim_only(dims, rank: int) -> bool:
+    if isinstance(dims, int):
+        dims = [dims]
+    return isinstance(dims, (list, tuple)) and len(dims) == 1 and rank > 0 and dims[0] % rank == rank - 1
+
+
+def unfused_reason(node: fx.Node) -> str | None:
+    """Why this reduction cannot be a row-reduction kernel; None when it can."""
+    kind = KINDS.get(node.target)
+    if kind is None:
+        return "not a row reduction"
+    x = node.args[0]
+    meta = tensor_meta(x)
+    if meta is None or meta.dtype != torch.float32:
+        return "row reductions are fused for float32 inputs only"
+    rank = meta.dim()
+    if kind in ("softmax", "log_softmax"):
+        if not _last_dim_only(node.args[1], rank) or node.args[2]:
+            return f"{kind} over a dim other than the last (or half_to_float)"
+    elif kind == "layer_norm":
+        if len(node.args[1]) != 1 or rank == 0:
+            return "layer_norm over more than the last dim"
+        if any(u.target is not operator.getitem for u in node.users):
+            return "layer_norm result used other than through getitem"
+    else:
+        if not _last_dim_only(_arg(node, 1, "dim"), rank):
+            return f"{kind} over a dim other than the last"
+        if node.kwargs.get("dtype") is not None:
+            return f"{kind} with a dtype argument"
+    if meta.shape[-1] == 0:
+        return "rows of length zero"
+    return None
+
+
+class _Match:
+    def __init__(self, anchor: fx.Node):
+        self.anchor = anchor
+        self.kind = KINDS[anchor.target]
+        self.x: fx.Node = anchor.args[0]
+        self.shape = tuple(tensor_meta(self.x).shape)
+        self.row_shape = self.shape[:-1] + (1,)  # a row value that keeps its dim
+        self.prologue: set[fx.Node] = set()
+        self.results: dict[fx.Node, tuple] = {}  # node -> ("element",) or ("row", result index)
+        self.getitems: list[fx.Node] = []
+        self.row_epilogue: list[fx.Node] = []
+        self.element_epilogue: list[fx.Node] = []
+        self.loads: list[fx.Node] = []
+
+    @property
+    def members(self) -> set[fx.Node]:
+        return ({self.anchor} | self.prologue | set(self.results) | set(self.getitems)
+                | set(self.row_epilogue) | set(self.element_epilogue))
+
+    def is_row_level(self, node: fx.Node) -> bool:
+        return node in self.row_epilogue or self.results.get(node, ("element",))[0] == "row"
+
+    def is_element_level(self, node: fx.Node) -> bool:
+        return node in self.element_epilogue or self.results.get(node) == ("element",)
+
+
+def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | None:
+    if unfused_reason(anchor) is not None:
+        return None
+    m = _Match(anchor)
+    if m.kind == "layer_norm":
+        for user in anchor.users:
+            m.getitems.append(user)
+            m.results[user] = ("element",) if user.args[1] == 0 else ("row", user.args[1])
+    else:
+        m.results[anchor] = ("element",) if m.kind in ("softmax", "log_softmax") else ("row", 0)
+    for node in m.results:
+        meta = tensor_meta(node)
+        if meta is None or not meta.is_contiguous():
+            return None  # outputs are written contiguous
+    _grow_prologue(m, claimed)
+    _grow_epilogue(gm, m, claimed)
+    if not any(_used_outside(m, node) for node in m.members):
+        return None  # nothing reads the result: dead code, not ours
+    return m
+
+
+def _lowerable(node: fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in POINTWISE or tensor_meta(node) is None:
+        return False
+    builder = ProgramBuilder()
+    try:
+        values = {i: builder.add_input(dtype_name(i)) for i in node.all_input_nodes}
+        Lowerer(builder, values).lower(node)
+        dtype_name(node)
+    except NotLowerable:
+        return False
+    return all(tensor_meta(i) is not None for i in node.all_input_nodes)
+
+
+def _broadcasts_to(node: fx.Node, shape: tuple) -> bool:
+    meta = tensor_meta(node)
+    if meta is None or meta.dim() > len(shape):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(meta.shape), reversed(shape)))
+
+
+def _grow_prologue(m: _Match, claimed: set) -> None:
+    """Producers of the reduced input, walked users-first, that nothing outside the kernel reads."""
+    order = {n: i for i, n in enumerate(m.anchor.graph.nodes)}
+    heap = [(-order[m.x], id(m.x), m.x)]
+    seen = set()
+    while heap:
+        _, _, node = heapq.heappop(heap)
+        if node in seen:
+            continue
+        seen.add(node)
+        inside = m.prologue | {m.anchor}
+        meta = tensor_meta(node)
+        if (node in claimed or not _lowerable(node) or tuple(meta.shape) != m.shape
+                or any(u not in inside for u in node.users)):
+            continue
+        m.prologue.add(node)
+        for i in node.all_input_nodes:
+            heapq.heappush(heap, (-order[i], id(i), i))
+
+
+def _grow_epilogue(gm: fx.GraphModule, m: _Match, claimed: set) -> None:
+    """Consumers in graph order; `tainted` holds what depends on the kernel without being in it."""
+    nodes = list(gm.graph.nodes)
+    start = nodes.index(m.anchor) + 1
+    tainted: set[fx.Node] = set()
+    row_epilogue_allowed = m.kind in ("sum", "mean", "amax")
+    for node in nodes[start:]:
+        members = m.members
+        inputs = node.all_input_nodes
+        if node in members or not any(i in members or i in tainted for i in inputs):
+            continue
+        if node not in claimed and not any(i in tainted for i in inputs) and _lowerable(node):
+            shape = tuple(tensor_meta(node).shape)
+            if shape == m.shape and tensor_meta(node).is_contiguous() and all(
+                m.is_element_level(i) or (m.is_row_level(i) and tuple(tensor_meta(i).shape) == m.row_shape)
+                or (i not in members and _broadcasts_to(i, m.shape)) for i in inputs
+            ):
+                m.element_epilogue.append(node)
+                continue
+            if (row_epilogue_allowed and shape == tuple(tensor_meta(m.anchor).shape)
+                    and tensor_meta(node).is_contiguous() and all(m.is_row_level(i) for i in inputs)):
+                m.row_epilogue.append(node)
+                continue
+        tainted.add(node)
+
+
+def _used_outside(m: _Match, node: fx.Node) -> bool:
+    members = m.members
+    return any(u not in members for u in node.users)
+
+
+# ---------------------------------------------------------------- the rewrite
+
+
+def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
+    members = m.members
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    prologue = sorted(m.prologue, key=position.__getitem__)
+    affine = [a for a in m.anchor.args[2:4] if isinstance(a, fx.Node)] if m.kind == "layer_norm" else []
+    operands = [i for node in prologue for i in node.all_input_nodes] + [m.x] + affine
+    operands += [i for node in m.element_epilogue for i in node.all_input_nodes]
+    for i in operands:
+        if i not in members and i not in m.loads:
+            m.loads.append(i)
+    rb = RowReductionBuilder([dtype_name(n) for n in m.loads])
+    load_ids = {n: k for k, n in enumerate(m.loads)}
+
+    def source(builder: ProgramBuilder) -> int:
+        values = dict(load_ids)
+        lowerer = Lowerer(builder, values)
+        for node in prologue:
+            values[node] = lowerer.lower(node)
+        return values[m.x]
+
+    if m.kind in ("softmax", "log_softmax"):
+        anchor_values = softmax_template(rb, source, log=m.kind == "log_softmax")
+    elif m.kind == "layer_norm":
+        weight, bias = (load_ids.get(a) if isinstance(a, fx.Node) else None for a in m.anchor.args[2:4])
+        anchor_values = layer_norm_template(rb, source, float(m.anchor.args[4]), weight, bias)
+    else:
+        anchor_values = reduce_template(rb, source, m.kind)
+
+    row_index = {}  # row-level node -> its row value
+    for node, result in m.results.items():
+        if result[0] == "row":
+            row_index[node] = anchor_values.rows[result[1]]
+    if m.row_epilogue:  # into the last statistic's finish program, each one a row value
+        finish_values = {node: anchor_values.row_in_finish[0] for node in m.results}
+        lowerer = Lowerer(rb.finish, finish_values)
+        for node in m.row_epilogue:
+            finish_values[node] = lowerer.lower(node)
+            row_index[node] = rb.add_row(finish_values[node])
+
+    final = rb.final()
+    values = dict(load_ids)
+    values.update({node: rb.row_input(r) for node, r in row_index.items()})
+    for node, result in m.results.items():
+        if result[0] == "element":
+            values[node] = anchor_values.element(final)
+    lowerer = Lowerer(final, values)
+    for node in m.element_epilogue:
+        values[node] = lowerer.lower(node)
+
+    ordered = sorted(members, key=position.__getitem__)
+    outputs = [n for n in ordered if _used_outside(m, n)]
+    element_outputs = [n for n in outputs if m.is_element_level(n)]
+    row_outputs = [n for n in outputs if m.is_row_level(n)]
+    reduction = rb.build(final, [values[n] for n in element_outputs], [row_index[n] for n in row_outputs])
+    kernel = ReductionKernel(reduction, m.shape, [tuple(tensor_meta(n).shape) for n in row_outputs], group)
+    results = element_outputs + row_outputs
+    out_vals = tuple(n.meta["val"] for n in results)
+    fused = insert_fused_node(gm, kernel, m.loads, ordered, out_vals[0] if len(results) == 1 else out_vals)
+    if len(results) == 1:
+        results[0].replace_all_uses_with(fused, delete_user_cb=lambda user: user not in members)
+        return
+    for index, node in enumerate(results):
+        with gm.graph.inserting_after(fused):
+            item = gm.graph.call_function(operator.getitem, (fused, index))
+        item.meta.update(val=node.meta["val"], stack_trace=node.meta.get("stack_trace"))
+        node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
