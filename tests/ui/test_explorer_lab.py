@@ -6,6 +6,7 @@ Screenshots land in test-artifacts/ui/.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 
@@ -97,6 +98,18 @@ def _after_ids(view) -> list[str]:
     return view.locator(f'{DRAWN_AFTER} g.node').evaluate_all("els => els.map(e => e.dataset.nodeId)")
 
 
+def _view_box_after(svg, action, old: str | None) -> str:
+    """Runs `action`, then waits (briefly) for the SVG's viewBox to differ from `old`."""
+    action()
+    value = svg.get_attribute("viewBox")
+    for _ in range(40):
+        if value != old:
+            break
+        time.sleep(0.05)
+        value = svg.get_attribute("viewBox")
+    return value
+
+
 def _shutdown_kernels(base: str) -> None:
     with urllib.request.urlopen(f"{base}/api/sessions?token={TOKEN}") as response:
         sessions = json.load(response)
@@ -163,18 +176,20 @@ def test_hover_search_and_zoom_in_the_browser(saved_notebook):
     live.locator("input.jp-torchfuser-search").fill("")
 
     svg = live.locator(f"{DRAWN_AFTER} svg")
-    initial = svg.get_attribute("viewBox")
-    live.locator('.jp-torchfuser-graph-column:has([data-side="after"]) button.jp-torchfuser-zoom', has_text="+").click()
-    zoomed = svg.get_attribute("viewBox")
-    assert zoomed != initial
-    box = svg.bounding_box()
-    page.mouse.move(box["x"] + 20, box["y"] + 20)
-    page.mouse.down()
-    page.mouse.move(box["x"] + 120, box["y"] + 80, steps=5)
-    page.mouse.up()
-    assert svg.get_attribute("viewBox") != zoomed
-    live.locator('.jp-torchfuser-graph-column:has([data-side="after"]) button.jp-torchfuser-zoom', has_text="Fit").click()
-    assert svg.get_attribute("viewBox") == initial
+    buttons = live.locator('.jp-torchfuser-graph-column:has([data-side="after"]) button.jp-torchfuser-zoom')
+    fitted = _view_box_after(svg, lambda: buttons.filter(has_text="Fit").click(), None)
+    zoomed = _view_box_after(svg, lambda: buttons.filter(has_text="+").click(), fitted)
+    assert zoomed != fitted
+
+    def drag():
+        box = svg.bounding_box()
+        page.mouse.move(box["x"] + 20, box["y"] + 20)
+        page.mouse.down()
+        page.mouse.move(box["x"] + 120, box["y"] + 80, steps=5)
+        page.mouse.up()
+
+    assert _view_box_after(svg, drag, zoomed) != zoomed
+    assert _view_box_after(svg, lambda: buttons.filter(has_text="Fit").click(), None) == fitted
 
 
 def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, artifacts_dir):
