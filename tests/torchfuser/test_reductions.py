@@ -1,0 +1,257 @@
+"""Row reductions (fuse_reductions) end to end against eager: every op, odd row lengths, masks, specials."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchfuser
+from eager_compare import assert_close
+
+INF = float("inf")
+
+
+def rmsnorm(x, w):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+
+REDUCTIONS = {
+    "softmax": lambda x, w, b: torch.softmax(x, -1),
+    "log_softmax": lambda x, w, b: F.log_softmax(x, dim=-1),
+    "layer_norm": layer_norm,
+    "layer_norm_plain": lambda x, w, b: F.layer_norm(x, (x.shape[-1],)),
+    "rmsnorm": lambda x, w, b: rmsnorm(x, w),
+    "sum": lambda x, w, b: x.sum(-1),
+    "sum_keepdim": lambda x, w, b: x.sum(dim=-1, keepdim=True),
+    "mean": lambda x, w, b: x.mean(-1),
+    "mean_keepdim": lambda x, w, b: x.mean(-1, keepdim=True),
+    "amax": lambda x, w, b: x.amax(-1),
+    "amax_keepdim": lambda x, w, b: torch.amax(x, dim=2, keepdim=True),
+}
+
+
+def compiled(fn, *args):
+    """Compile fn, run it on args with build warnings as errors (a PyTorch fallback would hide bugs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        return torchfuser.compile(fn)(*args)
+
+
+def reduction_kernels():
+    return [k for k in torchfuser.last_report().kernels if k.kind == "reduction"]
+
+
+@pytest.mark.parametrize("n", [1, 7, 768, 4097])
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_each_reduction_matches_eager(name, n):
+    fn = REDUCTIONS[name]
+    x, w, b = torch.randn(2, 3, n), torch.randn(n), torch.randn(n)
+    assert_close(compiled(fn, x, w, b), fn(x, w, b))
+    (kernel,) = reduction_kernels()
+    assert torchfuser.last_report().fallbacks == []
+    assert "schedule=row_per_item" in kernel.spec
+
+
+def test_softmax_with_scale_and_mask_is_one_kernel_with_the_prologue():
+    def attention_probs(scores, mask):
+        return torch.softmax(scores * 0.125 + mask, dim=-1)
+
+    scores = torch.randn(2, 4, 16, 16)
+    mask = torch.zeros(2, 1, 1, 16)
+    mask[0, ..., 11:] = -INF  # padding: a broadcast additive mask
+    assert_close(compiled(attention_probs, scores, mask), attention_probs(scores, mask))
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction" and {"mul", "add", "_softmax"} <= set(kernel.nodes)
+
+
+def test_causal_masked_fill_then_softmax():
+    def causal(scores):
+        t = scores.shape[-1]
+        keep = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        return torch.softmax(scores.masked_fill(~keep, -INF), dim=-1)
+
+    scores = torch.randn(3, 9, 9)
+    assert_close(compiled(causal, scores), causal(scores))
+    assert any("_softmax" in k.nodes for k in reduction_kernels())
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_fully_masked_rows_are_nan_as_in_eager(log):
+    def fn(x, mask):
+        y = x + mask
+        return F.log_softmax(y, -1) if log else torch.softmax(y, -1)
+
+    x, mask = torch.randn(4, 37), torch.zeros(4, 37)
+    mask[1] = -INF  # a whole row masked: eager gives NaN everywhere in it
+    mask[2, ::2] = -INF
+    expected = fn(x, mask)
+    assert expected[1].isnan().all()
+    assert_close(compiled(fn, x, mask), expected)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rmsnorm", "sum", "mean", "amax"])
+def test_inf_and_nan_inputs_as_in_eager(name):
+    fn = REDUCTIONS[name]
+    x = torch.randn(6, 40)
+    x[0, 3] = INF
+    x[1, 5] = -INF
+    x[2, 7] = float("nan")
+    x[3, :] = -INF
+    x[4, 1], x[4, 2] = INF, -INF
+    w, b = torch.randn(40), torch.randn(40)
+    assert_close(compiled(fn, x, w, b), fn(x, w, b))
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0, 0)])
+def test_zero_size(shape):
+    x = torch.randn(shape)
+    for fn in (lambda x: torch.softmax(x, -1), lambda x: x.sum(-1), lambda x: x.mean(-1, keepdim=True)):
+        torch._dynamo.reset()
+        assert_close(torchfuser.compile(fn)(x), fn(x))
+
+
+def test_rows_of_zero_length_stay_in_pytorch_with_a_reason():
+    fn = lambda x: x.sum(-1) * 2  # noqa: E731
+    x = torch.randn(3, 0)
+    assert_close(torchfuser.compile(fn)(x), fn(x))
+    fallbacks = {f.op: f.reason for f in torchfuser.last_report().fallbacks}
+    assert "zero" in fallbacks["aten.sum.dim_IntList"]
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced_rows", "strided_row", "expanded"])
+def test_non_contiguous_inputs(layout):
+    base = torch.randn(24, 40)
+    x = {
+        "transposed": base.t(),  # the row is strided
+        "sliced_rows": base[::3, 5:],  # rows with a gap between them
+        "strided_row": base[:, ::2],  # every other element
+        "expanded": base[:1].expand(7, 40),  # one row read seven times
+    }[layout]
+    w, b = torch.randn(x.shape[-1]), torch.randn(x.shape[-1])
+
+    def fn(x, w, b):
+        return torch.softmax(x, -1) + layer_norm(x, w, b) + x.amax(-1, keepdim=True)
+
+    assert_close(compiled(fn, x, w, b), fn(x, w, b))
+    assert len(reduction_kernels()) >= 2
+
+
+def test_layer_norm_with_mean_and_rstd_used():
+    def fn(x, w, b):
+        out, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, 1e-5)
+        return out * 2, mean + 1, rstd
+
+    x, w, b = torch.randn(5, 3, 33) * 3 + 1, torch.randn(33), torch.randn(33)
+    for actual, expected in zip(compiled(fn, x, w, b), fn(x, w, b)):
+        assert_close(actual, expected)
+    (kernel,) = reduction_kernels()
+    assert "native_layer_norm" in kernel.nodes and torchfuser.last_report().fallbacks == []
+
+
+def test_layer_norm_training_step_matches_eager_gradients():
+    model = nn.Sequential(nn.LayerNorm(48), nn.GELU())
+    x = torch.randn(4, 6, 48, requires_grad=True)
+    expected = model(x)
+    expected.sum().backward()
+    grads = (x.grad.clone(), model[0].weight.grad.clone())
+    x.grad, model[0].weight.grad = None, None
+    actual = torchfuser.compile(model)(x)
+    actual.sum().backward()
+    assert_close(actual, expected)
+    assert_close(x.grad, grads[0], rtol=1e-4, atol=1e-4)
+    assert_close(model[0].weight.grad, grads[1], rtol=1e-4, atol=1e-4)
+
+
+def test_residual_prologue_and_affine_activation_epilogue():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(64)
+
+        def forward(self, x, residual):
+            return F.gelu(self.norm(x + residual)) * 0.5 + residual
+
+    model = Block().eval()
+    x, r = torch.randn(2, 7, 64), torch.randn(2, 7, 64)
+    with torch.no_grad():
+        assert_close(compiled(model, x, r), model(x, r))
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction"
+    assert {"add", "native_layer_norm", "gelu", "mul"} <= set(kernel.nodes)
+    stats = {p.name: p.stats for p in torchfuser.last_report().passes}["fuse_reductions"]
+    assert stats["reductions"] == 1 and stats["prologue_ops"] == 1 and stats["epilogue_ops"] >= 3
+
+
+def test_llama_rmsnorm_is_one_kernel():
+    class RMSNorm(nn.Module):  # as LLaMA writes it
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(dim))
+            self.eps = eps
+
+        def forward(self, x):
+            variance = x.pow(2).mean(-1, keepdim=True)
+            return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+    model = RMSNorm(96).eval()
+    x = torch.randn(3, 5, 96)
+    with torch.no_grad():
+        assert_close(compiled(model, x), model(x))
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction" and {"pow_1", "mean", "rsqrt"} <= set(kernel.nodes)
+
+
+def test_statistic_used_elsewhere_is_an_extra_output():
+    def fn(x):
+        m = x.amax(-1, keepdim=True)
+        return torch.exp(x - m), m * 3
+
+    x = torch.randn(10, 50)
+    for actual, expected in zip(compiled(fn, x), fn(x)):
+        assert_close(actual, expected)
+    assert len(reduction_kernels()) == 1
+
+
+def test_operand_that_depends_on_the_result_is_not_loaded():
+    def fn(x):
+        s = torch.softmax(x, -1)
+        t = s.flip(-1)  # not elementwise: stays outside, and depends on s
+        return s * t  # so this multiply cannot join the softmax kernel
+
+    x = torch.randn(4, 12)
+    assert_close(compiled(fn, x), fn(x))
+
+
+def test_disabled_pass_gives_the_reason():
+    fn = lambda x: torch.softmax(x, -1)  # noqa: E731
+    x = torch.randn(3, 8)
+    assert_close(torchfuser.compile(fn, disable=["fuse_reductions"])(x), fn(x))
+    reasons = {f.op: f.reason for f in torchfuser.last_report().fallbacks}
+    assert reasons["aten._softmax.default"] == "fuse_reductions is disabled"
+
+
+def test_reductions_over_other_dims_are_left_alone():
+    fn = lambda x: torch.softmax(x, 0) + x.sum(0, keepdim=True)  # noqa: E731
+    x = torch.randn(5, 6)
+    assert_close(torchfuser.compile(fn)(x), fn(x))
+    assert reduction_kernels() == []
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rmsnorm", "amax"])
+def test_work_group_per_row_schedule_for_gpus(monkeypatch, name):
+    """The GPU schedule (local-memory tree) forced on PoCL: builds and matches eager."""
+    from torchfuser.runtime.device import Device
+
+    monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+    fn = REDUCTIONS[name]
+    x, w, b = torch.randn(3, 4, 300), torch.randn(300), torch.randn(300)
+    x[0, 0] = -INF
+    assert_close(compiled(fn, x, w, b), fn(x, w, b))
+    (kernel,) = reduction_kernels()
+    assert "schedule=group_per_row" in kernel.spec and "barrier" in kernel.source
