@@ -255,3 +255,37 @@ def test_work_group_per_row_schedule_for_gpus(monkeypatch, name):
     assert_close(compiled(fn, x, w, b), fn(x, w, b))
     (kernel,) = reduction_kernels()
     assert "schedule=group_per_row" in kernel.spec and "barrier" in kernel.source
+
+
+@pytest.mark.parametrize("local_size", [1, 48, 256, 512])
+def test_group_per_row_kernel_is_correct_for_any_work_group_size(local_size):
+    """The runtime may launch the GPU kernel with a work-group size of its choosing: rows are strided over
+    the groups and items beyond the local-memory tree's width fold in first."""
+    import numpy as np
+    import pyopencl as cl
+
+    from torchfuser.codegen import kernel_source
+    from torchfuser.ir.reduction import RowReductionBuilder, layer_norm_template
+    from torchfuser.runtime.device import get_device
+    from torchfuser.runtime.reduction_launch import ReductionKernel
+
+    device = get_device()
+    builder = RowReductionBuilder(["float32", "float32", "float32"])
+    values = layer_norm_template(builder, lambda b: 0, 1e-5, weight=1, bias=2)
+    final = builder.final()
+    reduction = builder.build(final, [values.element(final)], [values.rows[1], values.rows[2]])
+    x, w, b = torch.randn(5, 300), torch.randn(300), torch.randn(300)
+    kernel = ReductionKernel(reduction, (5, 300), [(5, 1), (5, 1)], group=0)
+    launch = kernel.configure([x, w, b], "GPU")
+    program = cl.Program(device.context, kernel_source(launch.spec)).build()
+    cl_kernel = cl.Kernel(program, launch.spec.kernel_name)
+    flags = cl.mem_flags
+    inputs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=t.numpy()) for t in (x, w, b)]
+    outs = [np.empty(shape, np.float32) for shape, _, _ in launch.outputs]
+    out_buffers = [cl.Buffer(device.context, flags.WRITE_ONLY, o.nbytes) for o in outs]
+    cl_kernel.set_args(*launch.arguments(inputs, [0, 0, 0], out_buffers))
+    cl.enqueue_nd_range_kernel(device.queue, cl_kernel, (3 * local_size,), (local_size,))  # fewer groups than rows
+    for host, buffer in zip(outs, out_buffers):
+        cl.enqueue_copy(device.queue, host, buffer)
+    for actual, expected in zip(outs, kernel.reference(x, w, b)):
+        assert_close(torch.from_numpy(actual), expected)
