@@ -81,6 +81,22 @@ def test_causal_masked_fill_then_softmax():
     assert any("_softmax" in k.nodes for k in reduction_kernels())
 
 
+def test_gpt2_eager_attention_mask_chain_joins_the_softmax():
+    def probs(q, k, attn_mask):  # as GPT-2's eager attention writes it
+        w = torch.matmul(q, k.transpose(-1, -2)) / (q.size(-1) ** 0.5)
+        t = q.size(-2)
+        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype)
+        return torch.softmax(torch.where(causal, w, mask_value) + attn_mask, dim=-1)
+
+    q, k = torch.randn(2, 4, 16, 32), torch.randn(2, 4, 16, 32)
+    attn_mask = torch.zeros(2, 1, 1, 16)
+    attn_mask[1, ..., 12:] = torch.finfo(torch.float32).min
+    assert_close(compiled(probs, q, k, attn_mask), probs(q, k, attn_mask))
+    (kernel,) = reduction_kernels()
+    assert {"div", "where", "add", "_softmax"} <= set(kernel.nodes)
+
+
 @pytest.mark.parametrize("log", [False, True])
 def test_fully_masked_rows_are_nan_as_in_eager(log):
     def fn(x, mask):
