@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import torchfuser
+from torchfuser.bench_gemm import fma_ceiling, format_gemm, format_mlp, gemm_rows, mlp_row
 from torchfuser.timing import interleaved_medians
 
 SIZES = {"1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24}
@@ -79,20 +80,20 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="1M,16M", help=f"comma-separated, among {','.join(SIZES)}")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds per measurement")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile's default backend")
+    parser.add_argument("--only", default="pointwise,gemm,mlp", help="sections to run: pointwise, gemm, mlp")
     args = parser.parse_args(argv)
+    sections = {s.strip() for s in args.only.split(",")}
     sizes = [SIZES[s.strip()] for s in args.sizes.split(",")]
     torch.set_grad_enabled(False)
     warnings.filterwarnings("ignore", category=UserWarning)
 
-    report_device = None
     copy_bw = {}
     rows = []
-    for n in sizes:
+    for n in sizes if "pointwise" in sections else ():
         x = torch.randn(n)
         fused_copy = torchfuser.compile(copy)
         for _ in range(3):
             fused_copy(x)
-        report_device = torchfuser.last_report().device
         torchfuser.last_report().plan.stats.clear()
         for _ in range(args.repeats):
             fused_copy(x)
@@ -101,12 +102,20 @@ def main(argv=None) -> int:
         for name, fn in WORKLOADS.items():
             rows.append(run_pointwise(name, fn, n, args.repeats, not args.no_inductor))
             torch._dynamo.reset()
-    device = report_device["name"] if report_device else "no OpenCL device"
-    print(f"torchfuser {torchfuser.__version__} on {device}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    from torchfuser.runtime.device import get_device
+
+    device = get_device()
+    print(f"torchfuser {torchfuser.__version__} on {device.name if device else 'no OpenCL device'}; "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("medians of interleaved runs; 'x eager' = eager time / torchfuser time (higher is better)\n")
-    print(format_rows(rows, copy_bw))
-    print("\ncopy bandwidth (OpenCL copy kernel, profiled, same run): "
-          + ", ".join(f"{k}: {copy_bw[v] / 1e9:.1f} GB/s" for k, v in SIZES.items() if v in copy_bw and copy_bw[v]))
+    if rows:
+        print(format_rows(rows, copy_bw))
+        print("\ncopy bandwidth (OpenCL copy kernel, profiled, same run): "
+              + ", ".join(f"{k}: {copy_bw[v] / 1e9:.1f} GB/s" for k, v in SIZES.items() if copy_bw.get(v)) + "\n")
+    if "gemm" in sections:
+        print(format_gemm(gemm_rows(args.repeats), fma_ceiling()) + "\n")
+    if "mlp" in sections:
+        print(format_mlp(mlp_row(args.repeats, not args.no_inductor)))
     return 0
 
 

@@ -147,10 +147,11 @@ def _transforms(launch, inputs) -> list[str]:
     """One-time constant transforms the kernel relies on, in words, for the report."""
     spec = launch.spec
     if getattr(spec, "schedule", None) == "packed":
-        k, n = inputs[1].shape
-        panels = -(-n // spec.tile_n)
-        return [f"B [{k}x{n}] packed once into {panels} panels of [{k}x{spec.tile_n}] "
-                f"({panels * k * spec.tile_n * 4 / 2**20:.1f} MiB), reused while the weight is unchanged"]
+        *batch, k, n = inputs[1].shape
+        panels, copies = -(-n // spec.tile_n), (batch or [1])[0]
+        return [f"B [{'x'.join(map(str, inputs[1].shape))}] packed into {copies * panels} panels of "
+                f"[{k}x{spec.tile_n}] ({copies * panels * k * spec.tile_n * 4 / 2**20:.1f} MiB), "
+                "once per weight version (per call when B is an activation)"]
     if isinstance(launch, ExternGemmLaunch):
         return ["A @ B by the host BLAS (torch.mm) into a zero-copy buffer; this kernel is the epilogue"]
     return []

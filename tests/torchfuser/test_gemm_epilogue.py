@@ -199,3 +199,31 @@ def test_residuals_with_any_strides_and_ones_that_cannot_be_rows():
     with torch.no_grad():
         assert_close(torchfuser.compile(batch_swapped)(x, r), batch_swapped(x, r))
     assert sorted(k.kind for k in torchfuser.last_report().kernels) == ["gemm", "pointwise"]
+
+
+@pytest.mark.parametrize("schedule", ["packed", "strided"])
+def test_batched_matmul_with_an_epilogue(schedule, monkeypatch):
+    if schedule == "strided":
+        from torchfuser.runtime.device import Device
+
+        monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+
+    def fn(q, k, bias):
+        return torch.softmax(torch.tanh(q @ k.transpose(-2, -1) * 0.125 + bias), dim=-1)
+
+    q, k = torch.randn(2, 3, 17, 8), torch.randn(2, 3, 19, 8)
+    bias = torch.randn(19)
+    assert_close(torchfuser.compile(fn)(q, k, bias), fn(q, k, bias))
+    gemms = [kernel for kernel in torchfuser.last_report().kernels if kernel.kind == "gemm"]
+    assert len(gemms) == 1 and f"schedule={schedule}" in gemms[0].spec
+
+
+def test_batched_matmul_extern_variant(monkeypatch):
+    import torchfuser.runtime.gemm_launch as gemm_launch
+
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ())
+    fn = lambda a, b: torch.relu(torch.bmm(a, b)) * 2  # noqa: E731
+    a, b = torch.randn(4, 9, 12), torch.randn(4, 12, 10)
+    assert_close(torchfuser.compile(fn)(a, b), fn(a, b))
+    assert torchfuser.last_report().kernels[0].tuning["winner"] == "extern"

@@ -23,9 +23,17 @@ def _extra_params(spec: GemmSpec) -> list[str]:
     idx = spec.index_type
     return [
         f"__global const {C_TYPES[spec.epilogue.input_dtypes[e]]}* restrict E{e}, const {idx} offE{e}, "
-        f"const {idx} sE{e}m, const {idx} sE{e}n"
+        f"const {idx} sE{e}m, const {idx} sE{e}n, const {idx} sE{e}b"
         for e in range(1, spec.epilogue.n_inputs)
     ]
+
+
+def _batch_prologue(spec: GemmSpec, b_name: str) -> str:
+    """Move every pointer to this work-item's batch (get_global_id(2); a plain mm has one batch)."""
+    idx = spec.index_type
+    moves = [f"const {idx} bi = get_global_id(2);", "A += bi * sab;", f"{b_name} += bi * sbb;", "C += bi * M * N;"]
+    moves += [f"E{e} += bi * sE{e}b;" for e in range(1, spec.epilogue.n_inputs)]
+    return " ".join(moves)
 
 
 def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
@@ -42,8 +50,8 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
     vectors = tn // 16
     vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
-    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak",
-              "__global const float* restrict Bp", *_extra_params(spec),
+    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
               "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
     declare = "\n  ".join(f"float16 acc{v}[{tm}];" for v in range(vectors))
     zero = " ".join(f"acc{v}[i] = (float16)0.0f;" for v in range(vectors))
@@ -77,6 +85,7 @@ __kernel void {spec.kernel_name}(
   const {idx} n0 = nb * {tn};
   const {idx} m0 = ({idx})get_global_id(1) * {tm};
   if (m0 >= M) return;
+  {_batch_prologue(spec, "Bp")}
   {declare}
   {idx} arow[{tm}];
   #pragma unroll
@@ -113,8 +122,8 @@ def strided_gemm_source(spec: GemmSpec) -> str:
     idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
     epilogue = spec.epilogue
     params = [
-        f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak",
-        f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn",
+        f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+        f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn, const {idx} sbb",
     ]
     params += _extra_params(spec)
     params += ["__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
@@ -126,6 +135,7 @@ __kernel void {spec.kernel_name}(
   const {idx} n0 = ({idx})get_global_id(0) * {tn};
   const {idx} m0 = ({idx})get_global_id(1) * {tm};
   if (m0 >= M || n0 >= N) return;
+  {_batch_prologue(spec, "B")}
   {idx} arow[{tm}], bcol[{tn}];
   #pragma unroll
   for (int i = 0; i < {tm}; ++i) arow[i] = offA + (m0 + i < M ? m0 + i : M - 1) * sam;

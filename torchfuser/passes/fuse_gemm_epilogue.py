@@ -1,14 +1,14 @@
 """fuse_gemm_epilogue: a matrix multiply and the elementwise chain after it become one GEMM kernel.
 
-Rule: `mm(a, b)` or `addmm(bias, a, b, beta, alpha)`, then (through one reshape that keeps the last dim,
+Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)`, then (through one reshape that keeps the last dim,
 as aot graphs put around Linear) the longest chain of elementwise ops where each op is the only user of
 the previous one: bias adds, activations (relu, silu, gelu, tanh, sigmoid, ...), scales, residual adds.
 The chain becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in registers before the
 store. Extra operands must map onto the [M, N] output: a per-column vector, a scalar, or a tensor of the
 output's shape that can be viewed as [M, N] (a residual). Nothing is absorbed that another node uses.
 
-Preconditions: float32 GEMM operands and result; a and b 2-D (any strides: a transposed weight is read as
-it is, or packed once by the runtime).
+Preconditions: float32 GEMM operands and result; a and b 2-D, or 3-D for bmm (any strides: a transposed
+weight is read as it is, or packed once by the runtime). A bmm's chain follows it without a reshape.
 
     before:  t = permute(w, [1, 0]); mm_ = addmm(b, x, t); v = view(mm_, [2, 4, 32]); g = gelu(v)
              r = add(g, x3)
@@ -28,6 +28,7 @@ from torchfuser.runtime.gemm_launch import GemmKernel
 
 aten = torch.ops.aten
 RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+GEMMS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
 
 
 def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
@@ -36,7 +37,7 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
     erased: list[fx.Node] = []
     fused = epilogue_ops = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in (aten.addmm.default, aten.mm.default):
+        if node.op != "call_function" or node.target not in GEMMS:
             continue
         match = _match(node)
         if match is None:
@@ -60,7 +61,8 @@ class _Match:
         self.a, self.b = (gemm.args[1], gemm.args[2]) if addmm else gemm.args[:2]
         self.beta, self.alpha = gemm.kwargs.get("beta", 1), gemm.kwargs.get("alpha", 1)
         self.bias = gemm.args[0] if addmm and self.beta != 0 else None
-        self.rows, self.cols = tensor_meta(gemm).shape
+        self.batched = gemm.target is aten.bmm.default
+        self.rows, self.cols = tensor_meta(gemm).shape[-2:]
         self.reshape: fx.Node | None = None  # between the GEMM and its chain
         self.chain: list[fx.Node] = []  # absorbed elementwise ops, in order
         self.extras: list[fx.Node] = []  # their tensor operands other than the chain itself
@@ -87,10 +89,12 @@ def _match(gemm: fx.Node) -> _Match | None:
     if any(m is None or m.dtype != torch.float32 for m in metas):
         return None
     m = _Match(gemm)
-    if tensor_meta(m.a).dim() != 2 or tensor_meta(m.b).dim() != 2:
+    rank = 3 if m.batched else 2
+    if tensor_meta(m.a).dim() != rank or tensor_meta(m.b).dim() != rank:
         return None
     nxt = _only_user(gemm)
-    if nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,):
+    reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
+    if reshaped and not m.batched:
         m.reshape = nxt
     while True:
         nxt = _only_user(m.chain[-1] if m.chain else m.source)
@@ -126,6 +130,8 @@ def _extra_view(m: _Match, operand: fx.Node):
     meta = tensor_meta(operand)
     if meta is None:
         return False
+    if m.batched:
+        return None  # no reshape in between: the kernel broadcasts it over [batch, M, N] by its strides
     if meta.numel() == 1:
         return None if meta.dim() == 0 else []
     if meta.numel() == m.cols and tuple(meta.shape)[-1] == m.cols:

@@ -111,8 +111,9 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     candidates = candidate_variants(runtime.device)
     times, rejected = {}, {}
     started = time.perf_counter()
+    live = sys.stderr.isatty()
     for step, variant in enumerate(candidates, start=1):
-        if time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
+        if live and time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
             print(f"\rtorchfuser: tuning GEMM {m}x{n}x{k} [{step}/{len(candidates)}] {variant.name:<12}",
                   end="", file=sys.stderr, flush=True)
         launch = kernel.launch_for(variant, inputs)
@@ -132,9 +133,11 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
             rejected[variant.name] = "wrong result"
             continue
         times[variant.name] = statistics.median(samples[1:])
-    if time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
-        print(file=sys.stderr)
     if not times:
         raise KernelBuildError(f"gemm {m}x{n}x{k}", f"no GEMM variant built and computed correctly: {rejected}")
     winner = min(times, key=times.get)
+    elapsed = time.perf_counter() - started
+    if elapsed > PROGRESS_AFTER_SECONDS:  # long searches say what they did (a live bar on terminals)
+        print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
+              f"variants in {elapsed:.1f} s", file=sys.stderr)
     return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}

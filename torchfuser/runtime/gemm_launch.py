@@ -61,7 +61,10 @@ def candidate_variants(device) -> list[GemmVariant]:
 
 
 def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
-    """B [K, N] → [ceil(N / tile_n), K, tile_n], zero-padded: panel j holds columns j*tile_n.. contiguously."""
+    """B [K, N] → [ceil(N / tile_n), K, tile_n], zero-padded: panel j holds columns j*tile_n.. contiguously.
+    A batched B [batch, K, N] packs each matrix: [batch, panels, K, tile_n]."""
+    if b.dim() == 3:
+        return torch.stack([pack_panels(matrix, tile_n) for matrix in b])
     k, n = b.shape
     full, rest = divmod(n, tile_n)
     packed = torch.zeros((full + (rest > 0), k, tile_n), dtype=b.dtype)
@@ -104,7 +107,7 @@ class GemmLaunch(Launch):
         a_strides, b_strides, extra_strides, mnk = self.scalars
         args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)]
         if self.spec.schedule == "packed":
-            args.append(in_buffers[1])
+            args += [in_buffers[1], index(b_strides)]  # the packed copy's batch stride
         else:
             args += [in_buffers[1], index(in_offsets[1]), *map(index, b_strides)]
         for e, strides in enumerate(extra_strides, start=2):
@@ -113,11 +116,11 @@ class GemmLaunch(Launch):
 
 
 def _extra_layout(strides) -> str:
-    return "row" if strides[1] == 1 else "bcast" if strides[1] == 0 else "strided"
+    return "row" if strides[1] == 1 else "bcast" if strides[1] == 0 else "strided"  # by the n stride
 
 
 class GemmKernel(FusedKernel):
-    """out[M,N] = epilogue(a[M,K] @ b[K,N], *extras), extras broadcast to [M,N]."""
+    """out[(batch,) M, N] = epilogue(a @ b, *extras): mm or bmm, extras broadcast to the output."""
 
     kind = "gemm"
 
@@ -129,7 +132,7 @@ class GemmKernel(FusedKernel):
         self.tuning: dict[tuple, dict] = {}  # shape key -> what the autotuner measured, for the report
 
     def reference(self, a, b, *extras):
-        acc = torch.mm(a, b)
+        acc = torch.matmul(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
     @staticmethod
@@ -137,27 +140,41 @@ class GemmKernel(FusedKernel):
         return (tuple(inputs[0].shape), tuple(inputs[1].shape))
 
     def _configure(self, inputs, device_type) -> Launch:
-        m, n = inputs[0].shape[0], inputs[1].shape[1]
-        variant = self.choices.get(self.shape_key(inputs)) or default_variant(device_type, n)
+        variant = self.choices.get(self.shape_key(inputs)) or default_variant(device_type, inputs[1].shape[-1])
         return self.launch_for(variant, inputs)
 
     def launch_for(self, variant: GemmVariant, inputs) -> Launch:
         a, b, *extras = inputs
-        (m, k), n = a.shape, b.shape[1]
+        batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
+        out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
         if variant.schedule == "extern":
-            return ExternGemmLaunch.create(self, a, b, extras)
-        extra_strides = [broadcast_strides((m, n), e) for e in extras]
-        reach = max([m * n, k * (n + 64)] + [extent(t) for t in inputs])
+            return ExternGemmLaunch.create(self, a, b, extras, out_shape)
+        # every operand as (m, n, batch) strides; a plain mm is one batch with batch strides 0
+        extra_strides = [_mnb(broadcast_strides(out_shape, e), a.dim()) for e in extras]
+        reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
         spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
                         variant.schedule, layouts)
-        grid = ((n + spec.tile_n - 1) // spec.tile_n, (m + spec.tile_m - 1) // spec.tile_m)
-        out = ((m, n), (n, 1), TORCH_DTYPES[self.epilogue.output_dtypes[0]])
-        launch = GemmLaunch(spec, grid, [out], [a.stride(), b.stride(), extra_strides, (m, n, k)],
-                            empty=m * n == 0)
+        panels = (n + spec.tile_n - 1) // spec.tile_n
+        grid = (panels, (m + spec.tile_m - 1) // spec.tile_m, batch)
+        a_strides = _mnb(a.stride(), a.dim())
+        b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
+        out = (out_shape, tuple(torch.empty(out_shape, device="meta").stride()),
+               TORCH_DTYPES[self.epilogue.output_dtypes[0]])
+        launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
+                            empty=batch * m * n == 0)
         launch.packer = self.packer
         return launch
+
+
+def _batch(t) -> int:
+    return t.shape[0] if t.dim() == 3 else 1
+
+
+def _mnb(strides, dim) -> tuple:
+    """(row stride, column stride, batch stride) of a 2-D or batched 3-D operand."""
+    return (strides[-2], strides[-1], strides[0] if dim == 3 else 0)
 
 
 class ExternGemmLaunch(PointwiseLaunch):
@@ -165,19 +182,18 @@ class ExternGemmLaunch(PointwiseLaunch):
     epilogue runs as a pointwise kernel over it: TorchInductor's extern-kernel-plus-epilogue idea."""
 
     @classmethod
-    def create(cls, gemm: GemmKernel, a, b, extras) -> "ExternGemmLaunch":
-        m, n = a.shape[0], b.shape[1]
-        epilogue = PointwiseKernel(gemm.epilogue, (m, n), (n, 1), gemm.group)
-        accumulator = torch.empty((m, n), dtype=torch.float32, device="meta")
-        inner = epilogue.configure([accumulator, *extras])
-        return cls(**vars(inner))
+    def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternGemmLaunch":
+        accumulator = torch.empty(out_shape, dtype=torch.float32, device="meta")
+        epilogue = PointwiseKernel(gemm.epilogue, out_shape, accumulator.stride(), gemm.group)
+        return cls(**vars(epilogue.configure([accumulator, *extras])))
 
     def prepare(self, inputs, call=None):
         a, b, *extras = inputs
         if call is not None:
             call.before_host_read([a, b])
-        shape = (a.shape[0], b.shape[1])
-        accumulator = (call.runtime.arena.empty_strided(shape, (shape[1], 1), torch.float32) if call is not None
+        shape = (*a.shape[:-1], b.shape[-1])
+        stride = torch.empty(shape, device="meta").stride()
+        accumulator = (call.runtime.arena.empty_strided(shape, stride, torch.float32) if call is not None
                        else torch.empty(shape, dtype=torch.float32))  # the arena's pages are already mapped
-        torch.mm(a, b, out=accumulator)
+        torch.matmul(a, b, out=accumulator)
         return [accumulator, *extras]
