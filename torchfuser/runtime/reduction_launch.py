@@ -22,7 +22,7 @@ GROUP_SIZES = (32, 256)  # a work-group per row: at least a warp, at most what m
 
 
 class ReductionLaunch(Launch):
-    local_size: tuple | None = None  # group_per_row: the work-group the kernel is written for
+    local_size: tuple | None = None  # the work-group size this launch is shaped for (any size is correct)
     load_strides: list = []  # per load: (outer strides, column stride)
 
     def arguments(self, in_buffers, in_offsets, out_buffers):
@@ -39,6 +39,12 @@ def _row_layout(column_stride: int, n: int) -> str:
     if column_stride == 0 or n == 1:
         return "bcast" if column_stride == 0 else "contig"
     return "contig" if column_stride == 1 else "strided"
+
+
+def cpu_rows_per_group(rows: int) -> int:
+    """Small work-groups, 16+ per row set: PoCL's own choice for 12288 rows is 3 groups of 4096 on 2
+    threads (one thread does two thirds), and a busy core then stalls the whole launch."""
+    return max(1, min(64, 1 << max(rows // 16, 1).bit_length() - 1))
 
 
 def group_size_for(n: int) -> int:
@@ -75,7 +81,8 @@ class ReductionKernel(FusedKernel):
         if device_type == "CPU":
             width = VECTOR_WIDTHS.get(self.reduction.stages[0].acc_dtype, 1) if self.reduction.stages else 1
             spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, ROW_PER_ITEM, vector_width=width)
-            global_size, local_size = (max(rows, 1),), None
+            local = cpu_rows_per_group(rows)
+            global_size, local_size = (-(-max(rows, 1) // local) * local,), (local,)
         else:
             group = group_size_for(n)
             spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, GROUP_PER_ROW, 1, group)
