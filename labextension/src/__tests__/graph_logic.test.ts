@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildDisplayGraph, moduleEntries, toDisplayed, topLevelModules } from '../view/collapse';
+import { buildDisplayGraph, collapseLevels, moduleEntries, modulesAtDepth, toDisplayed } from '../view/collapse';
 import { dotQuote, nodeFillColors, parseAttributeList, tunedForSize, withGraphAttributes } from '../view/dot_text';
 import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from '../view/graph_index';
 import { normalizeBundle, type Graph } from '../view/schema';
@@ -69,7 +69,12 @@ describe('collapse by module', () => {
     const entries = moduleEntries(nestedGraph());
     expect(entries.map(e => e.path)).toEqual(['layers', 'layers.0', 'layers.0.attn', 'layers.0.mlp', 'layers.1', 'layers.1.mlp']);
     expect(entries.find(e => e.path === 'layers.0')!.nodeIds.sort()).toEqual(['a', 'b']);
-    expect(topLevelModules(nestedGraph())).toEqual(['layers']);
+    expect(modulesAtDepth(entries, 0)).toEqual(['layers']);
+    expect(collapseLevels(entries)).toEqual([
+      { depth: 0, count: 1, example: 'layers' },
+      { depth: 1, count: 2, example: 'layers.0' },
+      { depth: 2, count: 3, example: 'layers.0.attn' }
+    ]);
   });
 
   it('draws the compiler DOT unchanged when nothing is collapsed', () => {

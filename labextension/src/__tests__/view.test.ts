@@ -150,9 +150,15 @@ describe('explorer view: interaction', () => {
       .dispatchEvent(new MouseEvent('click', { bubbles: true }));
     await view.whenDrawn();
     expect(nodeIds('before')).toContain('addmm_1');
-    (q('button.jp-torchfuser-collapse-all[data-collapse]') as HTMLButtonElement).click();
+    const level = q('select.jp-torchfuser-collapse-level') as HTMLSelectElement;
+    expect(Array.from(level.options).map(o => o.value)).toEqual(['', '0']);
+    level.value = '0';
+    level.dispatchEvent(new Event('change'));
     await view.whenDrawn();
     expect(nodeIds('before')).toEqual(expect.arrayContaining(['module:fc1', 'module:fc2', 'module:head']));
+    (q('button.jp-torchfuser-expand-all') as HTMLButtonElement).click();
+    await view.whenDrawn();
+    expect(nodeIds('before')).toContain('addmm_1');
   });
 
   it('offers a selector when the bundle has several reports (graph breaks)', async () => {
@@ -245,5 +251,23 @@ describe('a report produced by the core (torchfuser explorer.show on an MLP)', (
     expect(pane.getAttribute('data-state')).toBe('kernel');
     expect(pane.textContent).toContain('__kernel');
     expect(pane.querySelector('.jp-torchfuser-cache[data-status]')).not.toBeNull();
+  });
+});
+
+describe('many kernels', () => {
+  it('names only the slowest kernels in the timing legend', async () => {
+    const bundle = loadFixture('mlp_bundle.json');
+    const report = bundle.reports[0];
+    const template = report.kernels[0];
+    report.kernels = Array.from({ length: 30 }, (_, i) => ({ ...template, name: `k${i}`, group: null, seconds: (i + 1) * 1e-5 }));
+    const view = new ExplorerView({ interactive: false });
+    document.body.appendChild(view.node);
+    view.setBundle(bundle);
+    await view.whenDrawn();
+    const named = qa('.jp-torchfuser-timing-legend li[data-kernel]').map(li => li.getAttribute('data-kernel'));
+    expect(named).toHaveLength(12);
+    expect(named[0]).toBe('k29');
+    expect(q('.jp-torchfuser-timing-legend')!.textContent).toContain('18 faster kernels');
+    expect(qa('.jp-torchfuser-timing-kernel')).toHaveLength(30);
   });
 });

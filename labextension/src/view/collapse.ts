@@ -212,9 +212,23 @@ export function toRaw(displayedId: string, display: DisplayGraph): string[] {
   return display.members.get(displayedId) ?? [displayedId];
 }
 
-/** Top-level modules: what "collapse all" collapses. */
-export function topLevelModules(graph: Graph | null): string[] {
-  return moduleEntries(graph)
-    .filter(entry => entry.depth === 0)
-    .map(entry => entry.path);
+/** Module paths at one nesting depth (0: top level). */
+export function modulesAtDepth(entries: ModuleEntry[], depth: number): string[] {
+  return entries.filter(entry => entry.depth === depth).map(entry => entry.path);
+}
+
+/**
+ * The nesting depths worth offering for "collapse to level": wrapper levels
+ * with a single module (the model itself, a ModuleList) say little on their own.
+ */
+export function collapseLevels(entries: ModuleEntry[]): { depth: number; count: number; example: string }[] {
+  const maxDepth = Math.max(-1, ...entries.map(entry => entry.depth));
+  const levels: { depth: number; count: number; example: string }[] = [];
+  for (let depth = 0; depth <= maxDepth; depth++) {
+    const paths = modulesAtDepth(entries, depth);
+    if (paths.length) {
+      levels.push({ depth, count: paths.length, example: paths[0] });
+    }
+  }
+  return levels;
 }

@@ -3,7 +3,7 @@
  * and the MIME renderer both create one and feed it bundles; the host decides
  * whether toggles and Re-run are live (a kernel is running) or not.
  */
-import { buildDisplayGraph, moduleEntries, MODULE_NODE_PREFIX, toDisplayed, toRaw, topLevelModules, type DisplayGraph } from './collapse';
+import { buildDisplayGraph, moduleEntries, modulesAtDepth, MODULE_NODE_PREFIX, toDisplayed, toRaw, type DisplayGraph } from './collapse';
 import { clear, el } from './dom';
 import { nodeFillColors } from './dot_text';
 import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from './graph_index';
@@ -73,7 +73,8 @@ export class ExplorerView {
     this.toolbar = new GraphToolbar({
       onSearch: (query, reveal) => this.search(query, reveal),
       onCollapse: (path, collapsed) => this.setCollapsed(collapsed ? [...this.collapsed, path] : [...this.collapsed].filter(p => p !== path)),
-      onCollapseAll: collapsed => this.setCollapsed(collapsed ? this.allTopLevelModules() : [])
+      onCollapseLevel: depth => this.setCollapsed(this.modulesAtDepthOnEitherSide(depth)),
+      onExpandAll: () => this.setCollapsed([])
     });
     this.node = el('div', { className: 'jp-torchfuser-view', attrs: { 'data-interactive': host.interactive } }, [
       this.errorSlot,
@@ -156,8 +157,9 @@ export class ExplorerView {
     this.drawGraphs();
   }
 
-  private allTopLevelModules(): string[] {
-    return [...new Set([...topLevelModules(this.sides.before.graph), ...topLevelModules(this.sides.after.graph)])];
+  private modulesAtDepthOnEitherSide(depth: number): string[] {
+    const paths = [this.sides.before.graph, this.sides.after.graph].flatMap(graph => modulesAtDepth(moduleEntries(graph), depth));
+    return [...new Set(paths)];
   }
 
   private togglePass(name: string, enabled: boolean): void {

@@ -1,14 +1,15 @@
 /**
  * Above the graphs: the search box and the module list (collapse / expand by
- * module, plus collapse-all and expand-all).
+ * module, collapse everything at one nesting level, expand all).
  */
-import type { ModuleEntry } from './collapse';
+import { collapseLevels, type ModuleEntry } from './collapse';
 import { clear, el } from './dom';
 
 export interface GraphToolbarHandlers {
   onSearch(query: string, reveal: boolean): void;
   onCollapse(path: string, collapsed: boolean): void;
-  onCollapseAll(collapsed: boolean): void;
+  onCollapseLevel(depth: number): void;
+  onExpandAll(): void;
 }
 
 const MAX_LISTED_MODULES = 400;
@@ -20,6 +21,7 @@ export class GraphToolbar {
   private readonly matchCount: HTMLElement;
   private readonly moduleList: HTMLElement;
   private readonly moduleSummary: HTMLElement;
+  private readonly levelSelect: HTMLSelectElement;
   private searchTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(private readonly handlers: GraphToolbarHandlers) {
@@ -48,14 +50,20 @@ export class GraphToolbar {
         this.handlers.onCollapse(path, input.checked);
       }
     });
-    const allButton = (label: string, collapsed: boolean) => {
-      const button = el('button', { className: 'jp-torchfuser-collapse-all', text: label, attrs: { type: 'button', 'data-collapse': collapsed } });
-      button.addEventListener('click', () => this.handlers.onCollapseAll(collapsed));
-      return button;
-    };
+    this.levelSelect = el('select', { className: 'jp-torchfuser-collapse-level', attrs: { 'aria-label': 'collapse every module at a nesting level' } });
+    this.levelSelect.addEventListener('change', () => {
+      if (this.levelSelect.value !== '') {
+        this.handlers.onCollapseLevel(Number(this.levelSelect.value));
+      }
+    });
+    const expandAll = el('button', { className: 'jp-torchfuser-expand-all', text: 'Expand all', attrs: { type: 'button' } });
+    expandAll.addEventListener('click', () => {
+      this.levelSelect.value = '';
+      this.handlers.onExpandAll();
+    });
     const modules = el('details', { className: 'jp-torchfuser-modules' }, [
       this.moduleSummary,
-      el('div', { className: 'jp-torchfuser-module-actions' }, [allButton('Collapse all', true), allButton('Expand all', false)]),
+      el('div', { className: 'jp-torchfuser-module-actions' }, [this.levelSelect, expandAll]),
       this.moduleList
     ]);
     this.node = el('div', { className: 'jp-torchfuser-toolbar' }, [
@@ -72,6 +80,14 @@ export class GraphToolbar {
 
   setModules(entries: ModuleEntry[], collapsed: Set<string>): void {
     clear(this.moduleList);
+    const chosen = this.levelSelect.value;
+    clear(this.levelSelect);
+    this.levelSelect.appendChild(el('option', { text: 'Collapse level…', attrs: { value: '' } }));
+    for (const level of collapseLevels(entries)) {
+      const label = `level ${level.depth + 1}: ${level.count} module${level.count === 1 ? '' : 's'} (${level.example}${level.count > 1 ? ', …' : ''})`;
+      this.levelSelect.appendChild(el('option', { text: label, attrs: { value: level.depth } }));
+    }
+    this.levelSelect.value = collapsed.size ? chosen : '';
     this.moduleSummary.textContent = `Modules (${entries.length})${collapsed.size ? `, ${collapsed.size} collapsed` : ''}`;
     for (const entry of entries.slice(0, MAX_LISTED_MODULES)) {
       const checkbox = el('input', {

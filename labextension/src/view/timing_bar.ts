@@ -7,6 +7,8 @@ import { el } from './dom';
 import { formatSeconds } from './format';
 import type { Report } from './schema';
 
+const LEGEND_KERNELS = 12;
+
 export interface KernelSegment {
   name: string;
   seconds: number;
@@ -74,16 +76,21 @@ export function renderTimingBar(
       : eager === null
         ? 'eager time not measured'
         : '';
+  // Big graphs have hundreds of kernels: the legend names the slowest ones.
+  const slowest = [...segments].sort((a, b) => b.seconds - a.seconds).slice(0, LEGEND_KERNELS);
   const legend = el(
     'ul',
     { className: 'jp-torchfuser-timing-legend' },
-    segments.map(segment =>
+    slowest.map(segment =>
       el('li', { attrs: { 'data-kernel': segment.name } }, [
         el('span', { className: 'jp-torchfuser-swatch', attrs: { style: `background:${safeColor(colorOfKernel(segment.name))}` } }),
         el('span', { text: `${segment.name} ${formatSeconds(segment.seconds)}` })
       ])
     )
   );
+  if (segments.length > slowest.length) {
+    legend.appendChild(el('li', { className: 'jp-torchfuser-hint', text: `… ${segments.length - slowest.length} faster kernels` }));
+  }
   legend.addEventListener('click', event => {
     const item = (event.target as Element).closest?.('li[data-kernel]');
     const name = item?.getAttribute('data-kernel');
