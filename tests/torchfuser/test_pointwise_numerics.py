@@ -222,3 +222,15 @@ def test_vector_path_and_its_scalar_tail(dtype, n):
     (kernel,) = torchfuser.last_report().kernels
     width = 16 if dtype == torch.float32 else 8
     assert f"vload{width}" in kernel.source and "vector=" + str(width) in kernel.spec
+
+
+@pytest.mark.parametrize("cols", [16, 48, 37])
+def test_row_and_column_broadcasts(cols):
+    def fn(x, bias, scale):
+        return F.gelu(x + bias) * scale
+
+    x, bias, scale = torch.randn(23, cols), torch.randn(cols), torch.randn(23, 1)
+    assert_close(compiled(fn)(x, bias, scale), fn(x, bias, scale))
+    (kernel,) = torchfuser.last_report().kernels
+    assert "layouts=contig,row,col" in kernel.spec
+    assert ("vector=16" in kernel.spec) == (cols % 16 == 0)

@@ -2,7 +2,8 @@
 
 Scalar path: each work-item computes `items_per_thread` consecutive elements of the (collapsed,
 output-ordered) iteration space; contiguous inputs index with the linear index, scalar inputs are loaded
-once, strided inputs decompose the index into coordinates.
+once, row/column broadcasts (a bias, a per-row scale) take i % rowlen or i / rowlen, strided inputs
+decompose the index into coordinates.
 Vector path (all inputs contiguous or scalar, one floating type): each work-item loads, computes and
 stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
 scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from torchfuser.codegen.pointwise_ops import C_TYPES, vector_type
 from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements
-from torchfuser.ir.specs import CONTIGUOUS, SCALAR, PointwiseSpec
+from torchfuser.ir.specs import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseSpec
 
 
 def _parameters(spec: PointwiseSpec) -> list[str]:
@@ -21,7 +22,9 @@ def _parameters(spec: PointwiseSpec) -> list[str]:
               for i, d in enumerate(program.input_dtypes)]
     params += [f"__global {C_TYPES[d]}* restrict out{j}" for j, d in enumerate(program.output_dtypes)]
     params.append(f"const {idx} n")
-    strided = [i for i, layout in enumerate(spec.layouts) if layout not in (CONTIGUOUS, SCALAR)]
+    if ROW in spec.layouts or COLUMN in spec.layouts:
+        params.append(f"const {idx} rowlen")
+    strided = [i for i, layout in enumerate(spec.layouts) if layout == STRIDED]
     if strided:
         params += [f"const {idx} size{d}" for d in range(spec.ndim)]
         params += [f"const {idx} st{i}_{d}" for i in strided for d in range(spec.ndim)]
@@ -37,10 +40,14 @@ def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
             index = f"off{i}"
         elif layout == CONTIGUOUS:
             index = f"off{i} + i"
+        elif layout == ROW:
+            index = f"off{i} + i % rowlen"
+        elif layout == COLUMN:
+            index = f"off{i} + i / rowlen"
         else:
             index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
         loads.append(f"const {C_TYPES[dtype]} x{i} = in{i}[{index}];")
-    strided = any(layout not in (CONTIGUOUS, SCALAR) for layout in spec.layouts)
+    strided = STRIDED in spec.layouts
     coords = _coordinate_lines(spec.ndim, idx) if strided else []
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)])
     stores = [f"out{j}[i] = {name};" for j, name in enumerate(outputs)]
@@ -53,7 +60,11 @@ def _vector_block(spec: PointwiseSpec) -> list[str]:
     loads = []
     for i, (dtype, layout) in enumerate(zip(program.input_dtypes, spec.layouts)):
         vtype = vector_type(dtype, width)
-        value = f"({vtype})(in{i}[off{i}])" if layout == SCALAR else f"vload{width}(0, in{i} + off{i} + base)"
+        value = {
+            SCALAR: f"({vtype})(in{i}[off{i}])",
+            COLUMN: f"({vtype})(in{i}[off{i} + base / rowlen])",  # rowlen % width == 0: one row per vector
+            ROW: f"vload{width}(0, in{i} + off{i} + base % rowlen)",
+        }.get(layout, f"vload{width}(0, in{i} + off{i} + base)")
         loads.append(f"const {vtype} x{i} = {value};")
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=width)
     stores = [f"vstore{width}({name}, 0, out{j} + base);" for j, name in enumerate(outputs)]

@@ -16,7 +16,9 @@ from torchfuser.ir.program import Program
 CONTIGUOUS = "contig"  # element i of the iteration space is element i of the input
 SCALAR = "scalar"  # one element broadcast everywhere
 STRIDED = "strided"  # general strides over the collapsed dims
-LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED)
+ROW = "row"  # 2-D iteration [R, C], the input is one row broadcast down (a bias): element i % C
+COLUMN = "col"  # 2-D iteration [R, C], one column broadcast across (a per-row scale): element i / C
+LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED, ROW, COLUMN)
 
 
 def _short_hash(text: str) -> str:
@@ -152,3 +154,58 @@ class ReductionSpec:
     @property
     def kernel_name(self) -> str:
         return f"tf_reduction_{_short_hash(self.key_text())}"
+
+
+# Attention schedules: CPU devices give each work-item one query row, float16 vectors along the head dim
+# and blocks of 16 keys (no local memory); GPUs one query row per work-item with scalar loops, so
+# neighbouring work-items read the same key row at once.
+ATTENTION_CPU = "row_vector"
+ATTENTION_GPU = "row_scalar"
+ATTENTION_LAYOUTS = ("contig", "strided")  # along the head dim: stride 1 (vector loads) or any other
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """softmax(score(q·k, masks...)) @ v with an online softmax, one query row at a time.
+
+    `score` is an SSA program: input 0 the raw dot product q·k (fp32), inputs 1.. the mask operands read
+    at (b, h, t, s) through their strides; its output is the softmax input (scale, additive or fill masks).
+    """
+
+    score: Program
+    head_dim: int
+    layouts: tuple[str, ...]  # along the head dim, for q, k, v and the output
+    causal: bool = False  # SDPA's is_causal: key s is seen by query t when s <= t
+    masked_rows: str = "nan"  # a row with every score -inf: "nan" (softmax, as eager) or "zero" (SDPA)
+    with_lse: bool = False  # also write logsumexp of the scores per row (what SDPA's backward reads)
+    index_type: str = "int"
+    schedule: str = ATTENTION_CPU
+
+    kind = "attention"
+
+    def __post_init__(self):
+        if len(self.layouts) != 4 or any(layout not in ATTENTION_LAYOUTS for layout in self.layouts):
+            raise ValueError(f"four layouts (q, k, v, out) among {ATTENTION_LAYOUTS}")
+        if self.score.n_inputs < 1 or self.score.input_dtypes[0] != "float32" or len(self.score.outputs) != 1:
+            raise ValueError("the score program takes the fp32 dot product first and has one output")
+        if self.masked_rows not in ("nan", "zero"):
+            raise ValueError("masked_rows is 'nan' or 'zero'")
+        if self.schedule not in (ATTENTION_CPU, ATTENTION_GPU):
+            raise ValueError(f"schedule is {ATTENTION_CPU!r} or {ATTENTION_GPU!r}")
+        if self.head_dim < 1 or self.index_type not in ("int", "long"):
+            raise ValueError("head_dim >= 1 and index_type 'int' or 'long'")
+
+    @property
+    def n_masks(self) -> int:
+        return self.score.n_inputs - 1
+
+    def key_text(self) -> str:
+        return (
+            f"attention head_dim={self.head_dim} layouts={','.join(self.layouts)} causal={int(self.causal)} "
+            f"masked_rows={self.masked_rows} lse={int(self.with_lse)} index={self.index_type} "
+            f"schedule={self.schedule}\n{self.score.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return f"tf_attention_{_short_hash(self.key_text())}"

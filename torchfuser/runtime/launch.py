@@ -18,7 +18,7 @@ from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.codegen.program_c import vectorisable
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Program
-from torchfuser.ir.specs import CONTIGUOUS, SCALAR, STRIDED, PointwiseSpec
+from torchfuser.ir.specs import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseSpec
 
 INT32_MAX = 2**31 - 1
 VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
@@ -114,18 +114,20 @@ class PointwiseKernel(FusedKernel):
         sizes = [s for s, _ in dims] or [1]
         per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
         contiguous = _contiguous_strides(sizes)
-        layouts = tuple(
-            SCALAR if not any(st) else CONTIGUOUS if st == contiguous else STRIDED for st in per_input
-        )
+        layouts = tuple(_layout(st, contiguous) for st in per_input)
         numel = int(np.prod(sizes))
         reach = max([numel] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         width = 1
         if STRIDED not in layouts and vectorisable(self.program):
             width = VECTOR_WIDTHS[self.program.output_dtypes[0]]
+            if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
+                width = 1  # a vector would straddle two rows
         spec = PointwiseSpec(self.program, layouts, len(sizes), index_type, vector_width=width)
         index = np.int64 if index_type == "long" else np.int32
         scalars = [index(numel)]
+        if {ROW, COLUMN} & set(layouts):
+            scalars.append(index(sizes[-1]))
         if STRIDED in layouts:
             scalars += [index(s) for s in sizes]
             scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
@@ -156,6 +158,16 @@ def _collapse(sizes, strides) -> list[tuple[int, list[int]]]:
         else:
             dims.append((size, here))
     return dims
+
+
+def _layout(strides, contiguous) -> str:
+    if not any(strides):
+        return SCALAR
+    if strides == contiguous:
+        return CONTIGUOUS
+    if len(strides) == 2 and strides in ([0, 1], [1, 0]):
+        return ROW if strides == [0, 1] else COLUMN
+    return STRIDED
 
 
 def _contiguous_strides(sizes) -> list[int]:
