@@ -305,3 +305,29 @@ def test_group_per_row_kernel_is_correct_for_any_work_group_size(local_size):
         cl.enqueue_copy(device.queue, host, buffer)
     for actual, expected in zip(outs, kernel.reference(x, w, b)):
         assert_close(torch.from_numpy(actual), expected)
+
+
+def test_transformer_block_norms_and_attention_softmax():
+    class Block(nn.Module):  # GPT-2 shaped: pre-norm, causal attention written out, GELU MLP
+        def __init__(self, d=64, heads=4):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+            w = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+            w = w.masked_fill(~torch.tril(torch.ones(t, t, dtype=torch.bool)), -INF)
+            a = (torch.softmax(w, -1) @ v).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(a)
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    model, x = Block().eval(), torch.randn(2, 16, 64)
+    with torch.no_grad():
+        assert_close(compiled(model, x), model(x), rtol=1e-4, atol=1e-4)
+    covered = [k.nodes for k in reduction_kernels()]
+    assert len(covered) == 3 and any({"where", "_softmax"} <= set(nodes) for nodes in covered)
