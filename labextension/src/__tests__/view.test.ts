@@ -271,3 +271,21 @@ describe('many kernels', () => {
     expect(qa('.jp-torchfuser-timing-kernel')).toHaveLength(30);
   });
 });
+
+describe('fused-group colours', () => {
+  it('paints the nodes a kernel covers when their graph has no group colours (the ATen graph)', async () => {
+    const bundle = loadFixture('mlp_bundle.json');
+    const aten = bundle.reports[0].graphs.aten;
+    for (const node of aten.nodes) node.group = null;
+    aten.dot = aten.dot.replace(/, fillcolor="#[0-9a-f]+"/g, '');
+    const view = new ExplorerView({ interactive: false });
+    document.body.appendChild(view.node);
+    view.setBundle(bundle);
+    await view.whenDrawn();
+    const fill = (side: string, id: string) =>
+      q(`.jp-torchfuser-graph[data-side="${side}"] g.node[data-node-id="${id}"] polygon`)!.getAttribute('fill');
+    expect(fill('before', 'addmm')).toBe(fill('after', 'tf_gemm_0'));
+    expect(fill('before', 'mul')).toBe(fill('after', 'tf_pointwise_2'));
+    expect(fill('before', 'cumsum')).toBe('white');
+  });
+});

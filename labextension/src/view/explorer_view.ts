@@ -14,7 +14,7 @@ import { normalizeBundle, type Bundle, type Graph, type Report } from './schema'
 import { matchNodes } from './search';
 import { SourcePane } from './source_pane';
 import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector } from './summary';
-import { renderTimingBar } from './timing_bar';
+import { renderTimingBar, safeColor } from './timing_bar';
 
 export interface ViewHost {
   /** True when a kernel is connected: toggles and Re-run work. */
@@ -56,6 +56,7 @@ export class ExplorerView {
   private readonly timingSlot = el('div', { className: 'jp-torchfuser-timing-slot' });
   private readonly fallbackSlot = el('div', { className: 'jp-torchfuser-fallback-slot' });
   private readonly errorSlot = el('div', { className: 'jp-torchfuser-error', attrs: { role: 'alert' } });
+  private kernelColorMap = new Map<string, string>();
   private drawing: Promise<void> = Promise.resolve();
   private drawToken = 0;
 
@@ -194,6 +195,7 @@ export class ExplorerView {
       }
       this.kernelSlot.append(renderKernelTable(report, name => this.selectKernel(name)));
       const colors = this.kernelColors(report);
+      this.kernelColorMap = colors;
       this.timingSlot.append(renderTimingBar(report, name => colors.get(name), name => this.selectKernel(name)));
       const fallbacks = renderFallbacks(report);
       if (fallbacks) {
@@ -255,10 +257,38 @@ export class ExplorerView {
     ).then(() => {
       if (token === this.drawToken) {
         this.sizePanes();
+        this.paintCoveredNodes();
         this.applySearch(false);
         this.applyKernelSelection();
       }
     });
+  }
+
+  /**
+   * Graphs recorded before fusion (the ATen graph) may carry no group colours:
+   * paint the nodes each kernel covers in that kernel's colour, so fused groups
+   * match on both sides.
+   */
+  private paintCoveredNodes(): void {
+    for (const side of ['before', 'after'] as Side[]) {
+      const { index, display } = this.sides[side];
+      if (!index || !display) {
+        continue;
+      }
+      for (const kernel of this.report?.kernels ?? []) {
+        const color = this.kernelColorMap.get(kernel.name);
+        if (!color) {
+          continue;
+        }
+        for (const id of kernel.nodes ?? []) {
+          const node = index.byId.get(id);
+          const uncoloured = node && (node.group === null || node.group === undefined) && !node.kernel;
+          if (uncoloured && display.representative.get(id) === id) {
+            this.panes[side].paintNode(id, safeColor(color));
+          }
+        }
+      }
+    }
   }
 
   /** Small graphs get short panes; big ones stop at the maximum and pan. */

@@ -154,6 +154,20 @@ export class GraphPane {
     }
   }
 
+  /** Fills a node's shape with `color` (already a plain, checked colour value). */
+  paintNode(displayedId: string, color: string): void {
+    const element = this.nodeElements.get(displayedId);
+    if (!element) {
+      return;
+    }
+    element.classList.add('jp-torchfuser-covered');
+    for (const shape of Array.from(element.querySelectorAll('path, polygon, ellipse'))) {
+      if (shape.getAttribute('fill') !== 'none') {
+        shape.setAttribute('fill', color);
+      }
+    }
+  }
+
   nodeElement(displayedId: string): Element | undefined {
     return this.nodeElements.get(displayedId);
   }
