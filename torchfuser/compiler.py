@@ -15,8 +15,7 @@ import torch
 import torch.fx as fx
 
 from torchfuser.graph_snapshot import snapshot_graph, target_name
-from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name
-from torchfuser.ir.program import ProgramBuilder
+from torchfuser.ir.from_aten import POINTWISE, lowering_problem
 from torchfuser.passes import check_pass_names, run_pipeline
 from torchfuser.passes.fuse_reductions import REDUCTION_OPS, unfused_reason
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
@@ -193,11 +192,6 @@ def _fallback_reason(node: fx.Node, disabled) -> str:
     if node.target in POINTWISE:
         if "fuse_pointwise" in disabled:
             return "fuse_pointwise is disabled"
-        try:
-            builder = ProgramBuilder()
-            Lowerer(builder, {i: builder.add_input(dtype_name(i)) for i in node.all_input_nodes}).lower(node)
-            dtype_name(node)
-        except NotLowerable as why:
-            return f"elementwise, but not lowerable: {why}"
-        return "elementwise, left unfused"
+        problem = lowering_problem(node)
+        return f"elementwise, but not lowerable: {problem}" if problem else "elementwise, left unfused"
     return "no OpenCL kernel for this op yet: runs in PyTorch"

@@ -48,23 +48,6 @@ def _check(name, compiled, eager, inputs, rtol=1e-4, atol=1e-5):
     print(f"  {name}: matches eager (max abs error {error:.2e})")
 
 
-def _table(report) -> str:
-    lines = []
-    for p in report.passes:
-        stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
-        nodes = f"{p.stats.get('nodes_before', '')}->{p.stats.get('nodes_after', '')}" if "nodes_before" in p.stats else ""
-        lines.append(f"    {p.name:<22} {'on ' if p.enabled else 'off'} {nodes:>9}  {stats}")
-    lines.append(f"    {'kernel':<28}{'kind':<11}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
-    timings = report.kernel_seconds()
-    for k in report.kernels:
-        launches, mean = timings.get(k.node, (0, None))
-        mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
-        lines.append(f"    {k.name:<28}{k.kind:<11}{k.cache:<7}{launches:>9}{mean_text:>10}  {', '.join(k.nodes)}")
-    for f in report.fallbacks:
-        lines.append(f"    PyTorch: {f.op} ({f.reason})")
-    return "\n".join(lines)
-
-
 def run(output: str = "reports/demo.html", repeats: int = 10) -> int:
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
@@ -86,7 +69,7 @@ def run(output: str = "reports/demo.html", repeats: int = 10) -> int:
         report.record_timing(medians["eager"], medians["compiled"])
         print(f"  {report.title}: eager {medians['eager'] * 1e3:.2f} ms, torchfuser {medians['compiled'] * 1e3:.2f} ms"
               f" -> {report.timings['speedup']:.2f}x")
-        print(_table(report) + "\n")
+        print(report.summary().split("\n", 1)[1] + "\n")
     stats = torchfuser.cache_stats()
     print(f"  kernel cache: {stats['hits']} hits, {stats['misses']} misses, {stats['disk_hits']} from disk, "
           f"{stats['entries']} kernels in memory ({stats['dir']})")

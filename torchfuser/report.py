@@ -113,19 +113,20 @@ class CompileReport:
         return render_html([self.to_dict()], title=self.title)
 
     def summary(self) -> str:
-        """A few lines of plain text: passes, kernels, fallbacks."""
-        lines = [f"torchfuser report: {self.title}"]
+        """Plain text: each pass with its counts, each kernel with cache status, time and what it fuses,
+        and what runs in PyTorch."""
+        lines = [f"{self.title}"]
         for p in self.passes:
-            state = "on " if p.enabled else "off"
-            counts = ", ".join(f"{k}={v}" for k, v in p.stats.items())
-            lines.append(f"  pass {p.name:<22} {state} {'modified' if p.modified else 'unchanged':<9} {counts}")
+            stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
+            nodes = f"{p.stats['nodes_before']}->{p.stats['nodes_after']}" if "nodes_before" in p.stats else ""
+            lines.append(f"    {p.name:<22} {'on ' if p.enabled else 'off'} {nodes:>9}  {stats}")
+        lines.append(f"    {'kernel':<28}{'kind':<11}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
         live = self.kernel_seconds()
         for k in self.kernels:
             launches, mean = live.get(k.node, (0, None))
-            timing = f"{mean * 1e3:8.3f} ms" if mean is not None else "       - "
-            lines.append(f"  kernel {k.name:<26} {k.kind:<9} {k.cache:<4} {timing}  x{launches}")
-        for f in self.fallbacks:
-            lines.append(f"  fallback {f.op}: {f.reason}")
+            mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
+            lines.append(f"    {k.name:<28}{k.kind:<11}{k.cache:<7}{launches:>9}{mean_text:>10}  {', '.join(k.nodes)}")
+        lines += [f"    PyTorch: {f.op} ({f.reason})" for f in self.fallbacks]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

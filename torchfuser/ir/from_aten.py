@@ -66,6 +66,22 @@ class Lowerer:
         return rule(self, node)
 
 
+def lowering_problem(node: fx.Node) -> str | None:
+    """None when `node` lowers on its own (its tensor operands as program inputs), else why not."""
+    if node.op != "call_function" or node.target not in POINTWISE:
+        return f"{node.target} is not an elementwise op the kernels know"
+    if tensor_meta(node) is None or any(tensor_meta(i) is None for i in node.all_input_nodes):
+        return "an operand or the result is not a single tensor"
+    builder = ProgramBuilder()
+    try:
+        values = {i: builder.add_input(dtype_name(i)) for i in node.all_input_nodes}
+        Lowerer(builder, values).lower(node)
+        dtype_name(node)
+    except NotLowerable as why:
+        return str(why)
+    return None
+
+
 def _promoted(args) -> str:
     """The dtype eager computes a comparison in (torch.result_type on stand-ins of the operands)."""
     stand_ins = []

@@ -20,7 +20,7 @@ import operator
 
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.ir.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
 from torchfuser.ir.program import ProgramBuilder
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.launch import PointwiseKernel
@@ -31,7 +31,7 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     position = {n: i for i, n in enumerate(nodes)}
     group_of: dict[fx.Node, frozenset] = {}
     for node in nodes:
-        if not _is_candidate(node):
+        if lowering_problem(node) is not None:
             continue
         merged = {node}
         shape = tensor_meta(node).shape
@@ -56,19 +56,6 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
         "pointwise_groups": len(groups), "fused_ops": fused_ops,
         "nodes_before": before, "nodes_after": count_ops(gm),
     })
-
-
-def _is_candidate(node: fx.Node) -> bool:
-    if node.op != "call_function" or node.target not in POINTWISE or tensor_meta(node) is None:
-        return False
-    builder = ProgramBuilder()
-    try:
-        values = {i: builder.add_input(dtype_name(i)) for i in node.all_input_nodes}
-        Lowerer(builder, values).lower(node)
-        dtype_name(node)
-    except NotLowerable:
-        return False
-    return all(tensor_meta(i) is not None for i in node.all_input_nodes)
 
 
 def _is_convex(members: set, position: dict) -> bool:
