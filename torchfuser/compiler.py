@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from torchfuser.graph_snapshot import snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
+from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
 from torchfuser.passes.fuse_reductions import REDUCTION_OPS, unfused_reason
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
@@ -82,6 +83,7 @@ def compile_aten_graph(
     disable = check_pass_names(disable)
     cl_device = get_device(device)
     aten_graph = snapshot_graph(gm)
+    eager_peak = peak_intermediate_bytes(gm)
     gm, records = run_pipeline(gm, disable)
     passes_done = time.perf_counter()
     runtime = Runtime.for_device(cl_device) if cl_device is not None else None
@@ -97,6 +99,7 @@ def compile_aten_graph(
         compile_seconds=time.perf_counter() - started,
         codegen_seconds=time.perf_counter() - passes_done - build_seconds,
     )
+    report.memory = {"peak_intermediate_bytes": peak_intermediate_bytes(gm), "eager_peak_intermediate_bytes": eager_peak}
     publish(report)
     return CompiledGraph(plan, report)
 

@@ -52,6 +52,7 @@ class CompileReport:
     kernels: list[KernelEntry] = field(default_factory=list)
     fallbacks: list[FallbackEntry] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)  # peak intermediate bytes, fused and eager
     plan: object = None  # the running Plan: live launch counts and kernel times
 
     def record_timing(self, eager_seconds: float | None = None, compiled_seconds: float | None = None) -> None:
@@ -102,6 +103,7 @@ class CompileReport:
             "kernels": kernels,
             "fallbacks": [vars(f).copy() for f in self.fallbacks],
             "timings": timings,
+            "memory": dict(self.memory),
         }
 
     def to_json(self, **kwargs) -> str:
@@ -127,6 +129,9 @@ class CompileReport:
             mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
             lines.append(f"    {k.name:<28}{k.kind:<11}{k.cache:<7}{launches:>9}{mean_text:>10}  {', '.join(k.nodes)}")
         lines += [f"    PyTorch: {f.op} ({f.reason})" for f in self.fallbacks]
+        if self.memory:
+            lines.append(f"    peak intermediate memory {self.memory['peak_intermediate_bytes'] / 2**20:.2f} MiB "
+                         f"(eager {self.memory['eager_peak_intermediate_bytes'] / 2**20:.2f} MiB)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

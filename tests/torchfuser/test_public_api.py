@@ -204,3 +204,16 @@ def test_training_compiles_forward_and_backward():
     assert {r.title.rsplit(" ", 1)[-1] for r in reports} == {"forward", "backward"}
     for p, q in zip(model.parameters(), reference.parameters()):
         assert_close(p.grad, q.grad, atol=1e-5)
+
+
+def test_report_gives_peak_intermediate_memory_beside_eager():
+    def fn(x):
+        a = torch.exp(x)
+        b = torch.sigmoid(a) * 2
+        return torch.tanh(b) + a
+
+    x = torch.randn(1000)
+    torchfuser.compile(fn)(x)
+    memory = torchfuser.last_report().to_dict()["memory"]
+    assert memory["eager_peak_intermediate_bytes"] == 3 * 4000  # exp, sigmoid, mul live together at most
+    assert memory["peak_intermediate_bytes"] == 0  # one kernel: no intermediate buffers at all
