@@ -8,6 +8,7 @@ Researchers add their own with `register_pass(name, fn, after=...)`; `disable=` 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch.fx as fx
@@ -15,11 +16,14 @@ import torch.fx as fx
 from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.eliminate_dead_code import eliminate_dead_code
+from torchfuser.passes.fuse_attention import fuse_attention
 from torchfuser.passes.fuse_gemm_epilogue import fuse_gemm_epilogue
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
 from torchfuser.passes.fuse_reductions import fuse_reductions
 
 PASSES = {
+    # attention first: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions
+    "fuse_attention": fuse_attention,
     # GEMM first: it claims the bias add and activation that fuse_pointwise would otherwise take.
     "fuse_gemm_epilogue": fuse_gemm_epilogue,
     # row reductions next, before fuse_pointwise: they take the elementwise ops around them (mask add,
@@ -70,9 +74,43 @@ def check_pass_names(names) -> tuple[str, ...]:
     return names
 
 
+class PassFailed(RuntimeError):
+    """A pass raised: the graph it was working on may be half rewritten."""
+
+    def __init__(self, name: str, error: BaseException):
+        self.name, self.error = name, error
+        super().__init__(f"pass {name} failed: {type(error).__name__}: {error}")
+
+
+def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A structural copy (nodes and their meta dicts, shallow) that passes may rewrite independently."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
+
+
 def run_pipeline(gm: fx.GraphModule, disable=(), record_graphs=True) -> tuple[fx.GraphModule, list[PassRecord]]:
-    """Run PIPELINE minus `disable`, recording each pass's graphs (before/after), counts and time."""
-    disabled = set(check_pass_names(disable))
+    """Run PIPELINE minus `disable`, recording each pass's graphs (before/after), counts and time.
+    A pass that raises is reported and left out: the pipeline starts again, on a copy of the input graph,
+    without it (a half-rewritten graph is never run)."""
+    disable = tuple(check_pass_names(disable))
+    failures: dict[str, str] = {}
+    pristine = copy_graph_module(gm)
+    while True:
+        try:
+            gm, records = _run(gm, set(disable) | set(failures), record_graphs)
+            break
+        except PassFailed as failed:
+            warnings.warn(f"torchfuser: {failed}; compiling without it", RuntimeWarning, stacklevel=2)
+            failures[failed.name] = str(failed)
+            gm = copy_graph_module(pristine)
+    for record in records:
+        if record.name in failures:
+            record.stats = {"error": failures[record.name]}
+    return gm, records
+
+
+def _run(gm, disabled: set, record_graphs: bool):
     records = []
     for name in list(PIPELINE):
         record = PassRecord(name, enabled=name not in disabled)
@@ -81,9 +119,12 @@ def run_pipeline(gm: fx.GraphModule, disable=(), record_graphs=True) -> tuple[fx
             continue
         before = snapshot_graph(gm) if record_graphs else None
         start = time.perf_counter()
-        result = PASSES[name](gm)
+        try:
+            result = PASSES[name](gm)
+        except Exception as error:
+            raise PassFailed(name, error) from error
         if not isinstance(result, PassResult):
-            raise TypeError(f"pass {name} returned {type(result).__name__}, not PassResult")
+            raise PassFailed(name, TypeError(f"returned {type(result).__name__}, not PassResult"))
         record.seconds = time.perf_counter() - start
         gm, record.modified, record.stats = result.gm, result.modified, dict(result.stats)
         if record_graphs:

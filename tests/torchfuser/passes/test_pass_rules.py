@@ -121,3 +121,22 @@ def test_a_registered_pass_runs_in_order_and_can_be_disabled():
     finally:
         unregister_pass("count_nodes")
     assert "count_nodes" not in PIPELINE
+
+
+def test_a_pass_that_raises_is_left_out_and_reported():
+    def broken(gm):
+        next(n for n in gm.graph.nodes if n.op == "call_function").target = "half-rewritten"
+        raise RuntimeError("boom")
+
+    register_pass("broken_pass", broken, after="fuse_gemm_epilogue")
+    try:
+        x, y = torch.randn(2, 8, 16)
+        gm = aten_graph(chain, x, y)
+        with pytest.warns(RuntimeWarning, match="pass broken_pass failed: RuntimeError: boom"):
+            gm, records = run_pipeline(gm)
+        record = next(r for r in records if r.name == "broken_pass")
+        assert not record.enabled and "boom" in record.stats["error"]
+        assert next(r for r in records if r.name == "fuse_pointwise").modified
+        torch.testing.assert_close(gm(x, y), chain(x, y))
+    finally:
+        unregister_pass("broken_pass")
