@@ -159,6 +159,8 @@ def test_live_widget_draws_both_graphs_and_shows_kernel_source(saved_notebook, a
     assert "__kernel" in source.inner_text()
     assert live.locator("input.jp-torchfuser-pass-toggle[data-pass='fuse_gemm_epilogue']").is_enabled()
     live.screenshot(path=str(artifacts_dir / "live-kernel-source.png"))
+    # Layout ran in Web Workers; the on-page fallback registers this function.
+    assert page.evaluate("typeof window.__torchfuserLayout") == "undefined"
     assert not saved_notebook["errors"], saved_notebook["errors"]
 
 

@@ -1,6 +1,9 @@
 /**
- * Graphviz in WebAssembly, loaded on first use (the module is ~800 kB) and
- * shared by every view on the page. Tests install a stub instead.
+ * Graphviz in WebAssembly, loaded on first use and shared by every view on the
+ * page. Layout runs in Web Workers (two, so the before and after graphs are
+ * laid out side by side and the page stays responsive); where workers cannot
+ * start (a strict Content-Security-Policy), the same code runs on the page.
+ * Tests install a stub instead.
  */
 
 export interface LayoutEngine {
@@ -8,13 +11,118 @@ export interface LayoutEngine {
   renderSvg(dot: string): Promise<string>;
 }
 
+interface LayoutReply {
+  id: number;
+  svg?: string;
+  error?: string;
+}
+
+interface Pending {
+  dot: string;
+  resolve(svg: string): void;
+  reject(error: Error): void;
+}
+
+type LayoutFunction = (dot: string) => Promise<string>;
+
 let override: LayoutEngine | null = null;
 let loading: Promise<LayoutEngine> | null = null;
 
-async function loadGraphviz(): Promise<LayoutEngine> {
-  const { Graphviz } = await import('@hpcc-js/wasm-graphviz');
-  const graphviz = await Graphviz.load();
-  return { renderSvg: async dot => graphviz.dot(dot, 'svg') };
+/** Runs the layout script on the page; it then registers a layout function instead of a message handler. */
+export function mainThreadEngine(code: string): LayoutEngine {
+  const scope = globalThis as unknown as { __torchfuserLayout?: LayoutFunction };
+  if (!scope.__torchfuserLayout) {
+    // The script is our own build output (src/layout_worker.ts), never report data.
+    new Function(code)();
+  }
+  const layout = scope.__torchfuserLayout;
+  if (!layout) {
+    throw new Error('the Graphviz layout script did not load');
+  }
+  return { renderSvg: dot => layout(dot) };
+}
+
+/** A small pool of layout workers; on any worker failure it finishes the work on the page. */
+export class WorkerLayoutEngine implements LayoutEngine {
+  private readonly workers: Worker[] = [];
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private nextWorker = 0;
+  private fallback: LayoutEngine | null = null;
+
+  constructor(
+    private readonly code: string,
+    size: number
+  ) {
+    const url = URL.createObjectURL(new Blob([code], { type: 'text/javascript' }));
+    for (let i = 0; i < size; i++) {
+      const worker = new Worker(url);
+      worker.onmessage = (event: MessageEvent<LayoutReply>) => this.settle(event.data);
+      worker.onerror = event => {
+        event.preventDefault?.();
+        this.fallBack();
+      };
+      this.workers.push(worker);
+    }
+  }
+
+  renderSvg(dot: string): Promise<string> {
+    if (this.fallback) {
+      return this.fallback.renderSvg(dot);
+    }
+    const id = ++this.nextId;
+    const worker = this.workers[this.nextWorker++ % this.workers.length];
+    return new Promise<string>((resolve, reject) => {
+      this.pending.set(id, { dot, resolve, reject });
+      worker.postMessage({ id, dot });
+    });
+  }
+
+  private settle(reply: LayoutReply): void {
+    const request = this.pending.get(reply.id);
+    if (!request) {
+      return;
+    }
+    this.pending.delete(reply.id);
+    if (reply.error !== undefined || reply.svg === undefined) {
+      request.reject(new Error(reply.error ?? 'layout failed'));
+    } else {
+      request.resolve(reply.svg);
+    }
+  }
+
+  /** A worker could not start or crashed: stop them all and lay out on the page from now on. */
+  private fallBack(): void {
+    if (this.fallback) {
+      return;
+    }
+    for (const worker of this.workers) {
+      worker.terminate();
+    }
+    const requests = [...this.pending.values()];
+    this.pending.clear();
+    try {
+      this.fallback = mainThreadEngine(this.code);
+    } catch (error) {
+      this.fallback = { renderSvg: () => Promise.reject(error) };
+    }
+    for (const request of requests) {
+      this.fallback.renderSvg(request.dot).then(request.resolve, request.reject);
+    }
+  }
+}
+
+async function loadEngine(): Promise<LayoutEngine> {
+  const { LAYOUT_WORKER_CODE } = await import('../generated/layout_worker_code');
+  if (typeof Worker !== 'undefined' && typeof Blob !== 'undefined' && typeof URL.createObjectURL === 'function') {
+    try {
+      const cores = typeof navigator !== 'undefined' ? navigator.hardwareConcurrency || 1 : 1;
+      return new WorkerLayoutEngine(LAYOUT_WORKER_CODE, Math.min(2, Math.max(1, cores)));
+    } catch {
+      // fall through: lay out on the page
+    }
+  }
+  return mainThreadEngine(LAYOUT_WORKER_CODE);
 }
 
 export function getLayoutEngine(): Promise<LayoutEngine> {
@@ -22,7 +130,7 @@ export function getLayoutEngine(): Promise<LayoutEngine> {
     return Promise.resolve(override);
   }
   if (!loading) {
-    loading = loadGraphviz().catch(error => {
+    loading = loadEngine().catch(error => {
       loading = null; // let a later render retry
       throw error;
     });
