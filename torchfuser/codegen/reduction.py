@@ -11,9 +11,9 @@ are strided over the groups; items beyond the scratch width fold in first), so i
 
 from __future__ import annotations
 
-from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE, vector_type
-from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements
-from torchfuser.ir.program import Program
+from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE, c_expression, vector_type
+from torchfuser.codegen.program_c import PREAMBLE, const_c, helpers_for, program_statements
+from torchfuser.ir.program import Const, Program
 from torchfuser.ir.specs import GROUP_PER_ROW, ReductionSpec
 
 _IDENTITY = {"sum": "(({T})0)", "max": "(({T})-INFINITY)"}
@@ -77,15 +77,13 @@ class _Writer:
     # -------------------------------------------------------------- element programs at j
 
     def vectorised(self, program: Program) -> bool:
-        """Vector path: one floating type throughout, vector-safe ops, no strided loads."""
+        """Vector path: one floating type (plus bools, as masks), no strided loads, floating outputs."""
         if self.spec.schedule == GROUP_PER_ROW or self.spec.vector_width <= 1:
             return False
         used = _used_inputs(program)
-        dtypes = {program.input_dtypes[i] for i in used} | {ins.dtype for ins in program.instrs}
-        dtypes |= set(program.output_dtypes)
-        loads_ok = all(self.spec.layouts[i] != "strided" for i in used if i < self.n_loads)
-        return (len(dtypes) == 1 and dtypes <= {"float32", "float64"} and loads_ok
-                and all(ins.op in VECTOR_SAFE for ins in program.instrs))
+        if any(self.spec.layouts[i] == "strided" for i in used if i < self.n_loads):
+            return False
+        return mask_vectorisable(program, used)
 
     def element_block(self, program: Program, j: str, prefix: str, width: int) -> tuple[list[str], list[str]]:
         """Statements evaluating an element program at column j (a vector of `width` from j); output names."""
@@ -95,23 +93,27 @@ class _Writer:
             dtype = program.input_dtypes[i]
             if i >= self.n_loads:  # a row value, the same for the whole row
                 r = i - self.n_loads
-                names.append(f"(({vector_type(dtype, width)})rv{r})" if width > 1 else f"rv{r}")
+                names.append(_broadcast(f"rv{r}", dtype, width, program) if width > 1 else f"rv{r}")
                 continue
             name = f"{prefix}x{i}"
             names.append(name)
             if i not in used:
                 continue
             layout = self.spec.layouts[i]
-            if layout == "bcast":
-                value = f"(({vector_type(dtype, width)})b{i})" if width > 1 else f"b{i}"
-            elif width > 1:
+            if width > 1:
                 value = f"vload{width}(0, in{i} + base{i} + {j})"
-            elif layout == "contig":
-                value = f"in{i}[base{i} + {j}]"
-            else:
-                value = f"in{i}[base{i} + {j} * cs{i}]"
-            lines.append(f"const {vector_type(dtype, width)} {name} = {value};")
-        body, outputs = program_statements(program, names, prefix=prefix, width=width)
+                if layout == "bcast":
+                    value = _broadcast(f"b{i}", dtype, width, program)
+                elif dtype == "bool":  # bytes in memory, a -1/0 mask in registers
+                    value = f"(convert_{_mask_type(program, width)}({value}) != 0)"
+                lines.append(f"const {_vector_c_type(dtype, width, program)} {name} = {value};")
+                continue
+            value = {"bcast": f"b{i}", "contig": f"in{i}[base{i} + {j}]"}.get(layout, f"in{i}[base{i} + {j} * cs{i}]")
+            lines.append(f"const {C_TYPES[dtype]} {name} = {value};")
+        if width > 1:
+            body, outputs = mask_vector_statements(program, names, prefix, width)
+        else:
+            body, outputs = program_statements(program, names, prefix=prefix, width=1)
         return lines + body, outputs
 
     # -------------------------------------------------------------- one work-item per row
@@ -266,6 +268,87 @@ def _group_helper(combine: str, c_type: str, scratch: int) -> str:
   return result;
 }}
 """
+
+
+# ---------------------------------------------------------------- vectors with masks
+# The shared vector path (program_c) covers arithmetic only. Masked softmax needs where, comparisons and
+# bool loads too (a causal mask ran 7x slower on the scalar path), so here bools live in registers as
+# OpenCL relational results: integer vectors of the float's width, -1 for true, 0 for false.
+
+_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_LOGICAL = {"logical_and": "&", "logical_or": "|", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+_MASK_SCALARS = {"float32": "int", "float64": "long"}
+
+
+def _float_dtype(program: Program) -> str | None:
+    """The one floating type of the values a program uses, if it has exactly one."""
+    floats = ({program.input_dtypes[i] for i in _used_inputs(program)} | {i.dtype for i in program.instrs}
+              | set(program.output_dtypes)) - {"bool"}
+    return next(iter(floats)) if len(floats) == 1 and floats <= set(_MASK_SCALARS) else None
+
+
+def _mask_type(program: Program, width: int) -> str:
+    return f"{_MASK_SCALARS[_float_dtype(program)]}{width}"
+
+
+def _vector_c_type(dtype: str, width: int, program: Program) -> str:
+    return _mask_type(program, width) if dtype == "bool" else vector_type(dtype, width)
+
+
+def _broadcast(name: str, dtype: str, width: int, program: Program) -> str:
+    if dtype == "bool":
+        return f"(({_mask_type(program, width)})(({name}) ? -1 : 0))"
+    return f"(({vector_type(dtype, width)}){name})"
+
+
+def mask_vectorisable(program: Program, used) -> bool:
+    """One floating type and bools; arithmetic, where, comparisons, logic, float<->bool casts; the outputs
+    floating (stores are float vectors)."""
+    floating = _float_dtype(program)
+    if floating is None or "bool" in program.output_dtypes:
+        return False
+    dtypes = {program.input_dtypes[i] for i in used} | {ins.dtype for ins in program.instrs}
+    if not dtypes <= {floating, "bool"}:
+        return False
+    for ins in program.instrs:
+        ok = (ins.op in VECTOR_SAFE and ins.dtype == floating) or ins.op in ("where", "cast", "logical_not")
+        ok = ok or ins.op in _COMPARISONS or (ins.op in _LOGICAL and ins.dtype == "bool")
+        if not ok:
+            return False
+    return True
+
+
+def mask_vector_statements(program: Program, input_names: list[str], prefix: str, width: int):
+    """Like program_statements at a vector width, with bools as masks (see above)."""
+    names, lines = list(input_names), []
+    mask = _mask_type(program, width)
+    for i, ins in enumerate(program.instrs, start=program.n_inputs):
+        ops = []
+        for a in ins.args:
+            if isinstance(a, Const):
+                ops.append(_broadcast(a.exact_text(), "bool", width, program) if a.dtype == "bool" else const_c(a, width))
+            else:
+                ops.append(names[a])
+        source = program.dtype_of(ins.args[0]) if isinstance(ins.args[0], int) else ins.args[0].dtype
+        if ins.op == "where":
+            expression = f"select({ops[2]}, {ops[1]}, {ops[0]})"
+        elif ins.op == "cast" and ins.dtype == "bool":
+            expression = f"(({ops[0]}) != 0)"
+        elif ins.op == "cast":  # a mask to 1/0 in the float type
+            expression = f"convert_{vector_type(ins.dtype, width)}(-({ops[0]}))" if source == "bool" else ops[0]
+        elif ins.op in _COMPARISONS:
+            expression = f"(({ops[0]}) {_COMPARISONS[ins.op]} ({ops[1]}))"
+        elif ins.op in _LOGICAL:
+            expression = f"(({ops[0]}) {_LOGICAL[ins.op]} ({ops[1]}))"
+        elif ins.op == "logical_not":
+            expression = f"(~({ops[0]}))"
+        else:
+            expression = c_expression(ins.op, ops, ins.dtype, width)
+        name = f"{prefix}{i}"
+        c_type = mask if ins.dtype == "bool" else vector_type(ins.dtype, width)
+        lines.append(f"const {c_type} {name} = {expression};")
+        names.append(name)
+    return lines, [names[v] for v in program.outputs]
 
 
 def reduction_source(spec: ReductionSpec) -> str:
