@@ -26,6 +26,7 @@ from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
 DB_VERSION = 1
 REPEATS = 5
 PROGRESS_AFTER_SECONDS = 1.0
+SEARCH_MIN_FLOPS = 2e7  # below this a GEMM takes microseconds: a search (builds!) costs more than it wins
 
 
 def autotune_enabled() -> bool:
@@ -77,20 +78,23 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs) -> dict:
     """Choose the variant for these (fake or real) inputs; sets kernel.choices and returns the record."""
     device = runtime.device
     shape_key = kernel.shape_key(inputs)
-    if not autotune_enabled():
-        variant = default_variant(device.type_name, inputs[1].shape[1])
-        record = {"winner": variant.name, "candidates": {}, "source": "heuristic (TORCHFUSER_AUTOTUNE=0)"}
-    else:
+    flops = 2 * inputs[0].numel() * inputs[1].shape[-1]
+    record = None
+    if autotune_enabled():
         database, key = TuningDatabase(), tuning_key(kernel, inputs)
         record = database.get(device.identity, key)
         if record is not None:
             record = {**record, "source": "tuning database"}
-        else:
+        elif flops >= SEARCH_MIN_FLOPS:
             from torch._subclasses.fake_tensor import unset_fake_temporarily
 
             with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
+    if record is None:
+        why = f"{flops:.0f} FLOP: too small to tune" if autotune_enabled() else "TORCHFUSER_AUTOTUNE=0"
+        record = {"winner": default_variant(device.type_name, inputs[1].shape[-1]).name, "candidates": {},
+                  "source": f"heuristic ({why})"}
     kernel.choices[shape_key] = GemmVariant.parse(record["winner"])
     kernel.tuning[shape_key] = record
     return record

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 import torchfuser
+import torchfuser.runtime.autotune as autotune
 import torchfuser.runtime.gemm_launch as gemm_launch
 from eager_compare import assert_close
 
@@ -21,6 +22,7 @@ def tuning(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(gemm_launch, "PACKED_TILES", ((8, 32), (4, 16)))
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)  # the test shapes are small
     return tmp_path
 
 
@@ -87,3 +89,9 @@ def test_autotune_off_takes_the_heuristic(tuning, monkeypatch):
     assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "packed 8x32"
     assert any("once per weight version" in t for t in kernel["transforms"])
     assert not (tuning / "tuning.json").exists()
+
+
+def test_tiny_gemms_are_not_worth_a_search(tuning, monkeypatch):
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 2e7)
+    kernel = compile_and_check(model(), torch.randn(3, 48))
+    assert "too small to tune" in kernel["tuning"]["source"]
