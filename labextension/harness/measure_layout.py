@@ -26,7 +26,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def measure(nodes: int, single: bool) -> dict:
+def measure(nodes: int, single: bool, workers: bool = True) -> dict:
     if not (REPO / "explorer" / "static" / "widget.js").is_file():
         sys.exit("explorer/static/widget.js is missing: run `jlpm build` in labextension/ first")
     handler = functools.partial(QuietHandler, directory=str(REPO))
@@ -36,7 +36,7 @@ def measure(nodes: int, single: bool) -> dict:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            url = f"http://127.0.0.1:{server.server_address[1]}/labextension/harness/perf.html?nodes={nodes}&single={int(single)}"
+            url = f"http://127.0.0.1:{server.server_address[1]}/labextension/harness/perf.html?nodes={nodes}&single={int(single)}&workers={int(workers)}"
             page.goto(url)
             page.wait_for_function("window.__result !== undefined", timeout=120_000)
             result = page.evaluate("window.__result")
@@ -50,10 +50,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--limit", type=float, default=3.0, help="seconds allowed for the large graph")
+    parser.add_argument("--no-workers", action="store_true", help="lay out on the page (no Web Workers)")
     parser.add_argument("--both", action="store_true",
                         help="also draw the fused after graph (about half the size) in the other pane")
     args = parser.parse_args()
-    result = measure(args.nodes, single=not args.both)
+    result = measure(args.nodes, single=not args.both, workers=not args.no_workers)
     print(json.dumps(result, indent=1))
     if "error" in result:
         sys.exit(1)
