@@ -84,15 +84,45 @@ def test_transposed_and_sliced_operands():
     assert torchfuser.last_report().kernels[0].kind == "gemm"
 
 
-def test_activation_input_used_elsewhere_is_not_absorbed():
+def test_a_diamond_after_the_gemm_joins_the_epilogue():
     def fn(x, w):
         h = x @ w
-        return torch.relu(h) + h
+        return torch.relu(h) + h * 0.5  # h is read three times, all inside the region
 
     x, w = torch.randn(9, 16), torch.randn(16, 12)
     assert_close(torchfuser.compile(fn)(x, w), fn(x, w))
+    report = torchfuser.last_report()
+    assert [k.kind for k in report.kernels] == ["gemm"]
+    assert {p.name: p.stats for p in report.passes}["fuse_gemm_epilogue"]["epilogue_ops"] == 3
+
+
+def test_a_gemm_result_needed_outside_is_not_absorbed():
+    def fn(x, w):
+        h = x @ w
+        return torch.relu(h), h  # h itself is an output: the epilogue may not replace it
+
+    x, w = torch.randn(9, 16), torch.randn(16, 12)
+    for actual, expected in zip(torchfuser.compile(fn)(x, w), fn(x, w)):
+        assert_close(actual, expected)
     stats = {p.name: p.stats for p in torchfuser.last_report().passes}
     assert stats["fuse_gemm_epilogue"]["epilogue_ops"] == 0
+
+
+def test_gpt2_gelu_new_is_absorbed():
+    import math
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    fc = nn.Linear(32, 128)
+
+    def fn(x):
+        return gelu_new(fc(x))
+
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        assert_close(torchfuser.compile(fn)(x), fn(x))
+    assert [k.kind for k in torchfuser.last_report().kernels] == ["gemm"]
 
 
 def test_mlp_block_matches_eager_and_fuses_everything():

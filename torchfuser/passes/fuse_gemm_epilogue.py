@@ -1,10 +1,10 @@
 """fuse_gemm_epilogue: a matrix multiply and the elementwise chain after it become one GEMM kernel.
 
 Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)`, then (through one reshape that keeps the last dim,
-as aot graphs put around Linear) the longest chain of elementwise ops where each op is the only user of
-the previous one: bias adds, activations (relu, silu, gelu, tanh, sigmoid, ...), scales, residual adds.
-The chain becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in registers before the
-store. Extra operands must map onto the [M, N] output: a per-column vector, a scalar, or a tensor of the
+as aot graphs put around Linear) the largest region of elementwise ops that reads the GEMM's result and
+has one exit: bias adds, activations (relu, silu, gelu, tanh, sigmoid, gelu_new's diamond ...), scales,
+residual adds. The region becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in
+registers before the store. Extra operands must map onto the [M, N] output: a per-column vector, a scalar, or a tensor of the
 output's shape that can be viewed as [M, N] (a residual). Nothing is absorbed that another node uses.
 
 Preconditions: float32 GEMM operands and result; a and b 2-D, or 3-D for bmm (any strides: a transposed
@@ -29,6 +29,7 @@ from torchfuser.runtime.gemm_launch import GemmKernel
 aten = torch.ops.aten
 RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 GEMMS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
+REGION_SCAN = 64  # how far after the GEMM to look for its epilogue ops
 
 
 def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
@@ -64,7 +65,7 @@ class _Match:
         self.batched = gemm.target is aten.bmm.default
         self.rows, self.cols = tensor_meta(gemm).shape[-2:]
         self.reshape: fx.Node | None = None  # between the GEMM and its chain
-        self.chain: list[fx.Node] = []  # absorbed elementwise ops, in order
+        self.chain: list[fx.Node] = []  # absorbed elementwise ops, in graph order (the last is the exit)
         self.extras: list[fx.Node] = []  # their tensor operands other than the chain itself
 
     @property
@@ -96,24 +97,47 @@ def _match(gemm: fx.Node) -> _Match | None:
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
     if reshaped and not m.batched:
         m.reshape = nxt
-    while True:
-        nxt = _only_user(m.chain[-1] if m.chain else m.source)
-        if nxt is None or not _absorbable(m, nxt):
-            break
-        m.chain.append(nxt)
+    m.chain = _epilogue_region(m, list(gemm.graph.nodes))
     if m.reshape is not None and not m.chain:
         m.reshape = None  # nothing absorbed after the reshape: leave it where it is
     return m
 
 
-def _absorbable(m: _Match, node: fx.Node) -> bool:
-    """An elementwise op on the chain's value, same shape, whose other operands map onto [M, N]."""
-    previous = m.chain[-1] if m.chain else m.source
+def _epilogue_region(m: _Match, nodes: list[fx.Node]) -> list[fx.Node]:
+    """The elementwise ops after the GEMM that can run in its epilogue: grown in graph order while each
+    new op reads only the region and valid extras, then trimmed until the region has one exit and
+    nothing outside reads the GEMM's own result (GPT-2's gelu_new reads it three times: a diamond)."""
+    start = nodes.index(m.source)
+    inside, region = {m.source}, []
+    downstream = {m.source}  # reaches the region: such a node cannot also feed it (a cycle)
+    for node in nodes[start + 1 : start + 1 + REGION_SCAN]:
+        reads_region = any(i in inside for i in node.all_input_nodes)
+        if reads_region and _absorbable(m, node, inside, downstream):
+            inside.add(node)
+            region.append(node)
+        if any(i in downstream for i in node.all_input_nodes):
+            downstream.add(node)
+    while region and not _single_exit(m, region):
+        region.pop()
+    return region
+
+
+def _single_exit(m: _Match, region: list[fx.Node]) -> bool:
+    members = set(region)
+    if any(u not in members for u in m.source.users):
+        return False
+    return [n for n in region if any(u not in members for u in n.users)] == [region[-1]]
+
+
+def _absorbable(m: _Match, node: fx.Node, inside: set, downstream: set) -> bool:
+    """An elementwise op of the region's shape whose other operands map onto [M, N] and do not depend on
+    the region."""
     if lowering_problem(node) is not None or tensor_meta(node).dtype != torch.float32:
         return False
-    if tuple(tensor_meta(node).shape) != tuple(tensor_meta(previous).shape):
+    if tuple(tensor_meta(node).shape) != tuple(tensor_meta(m.source).shape):
         return False
-    return all(_extra_view(m, a) is not False for a in node.all_input_nodes if a is not previous)
+    others = [a for a in node.all_input_nodes if a not in inside]
+    return all(a not in downstream and _extra_view(m, a) is not False for a in others)
 
 
 def _extra_view(m: _Match, operand: fx.Node):
