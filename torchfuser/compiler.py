@@ -14,7 +14,7 @@ import warnings
 import torch
 import torch.fx as fx
 
-from torchfuser.graph_snapshot import snapshot_graph, target_name
+from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
 from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
@@ -85,6 +85,7 @@ def compile_aten_graph(
     aten_graph = snapshot_graph(gm)
     eager_peak = peak_intermediate_bytes(gm)
     gm, records = run_pipeline(gm, disable)
+    mark_fused_groups(aten_graph, gm)  # the aten graph shows where every final kernel came from
     passes_done = time.perf_counter()
     runtime = Runtime.for_device(cl_device) if cl_device is not None else None
     plan = Plan(gm, runtime, fallback_nodes={})

@@ -20,8 +20,8 @@ GROUP_COLOURS = (
     "#bc80bd", "#ccebc5", "#ffed6f", "#a6cee3",
 )
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_SELF = re.compile(r"^(?:L\['self'\]|L__self__)\.?")
-_ROOT = re.compile(r"^[LG]\['([^']*)'\]")
+_LOCAL_ROOT = re.compile(r"^(?:L\['[^']*'\]|L__self__)\.?")  # the compiled function's own argument
+_GLOBAL_ROOT = re.compile(r"^G\['([^']*)'\]")
 _GETATTR = re.compile(r"getattr\(([^()]*), '([^']*)'\)")
 _INDEX = re.compile(r"\[(?:'([^']*)'|(\d+))\]")
 
@@ -38,7 +38,7 @@ def module_path(nn_module_stack) -> tuple[str, str]:
     path = str(path)
     while _GETATTR.search(path):  # getattr(L['self'].blocks, '0') -> L['self'].blocks.0
         path = _GETATTR.sub(lambda m: f"{m.group(1)}.{m.group(2)}", path)
-    path = _ROOT.sub(lambda m: m.group(1), _SELF.sub("", path))  # self is implicit; globals keep their name
+    path = _GLOBAL_ROOT.sub(lambda m: m.group(1), _LOCAL_ROOT.sub("", path))  # globals keep their name
     path = _INDEX.sub(lambda m: "." + (m.group(1) or m.group(2)), path).strip(".")
     kind = kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
     return path, kind
