@@ -141,6 +141,7 @@ class ExplorerWidget(anywidget.AnyWidget):
         try:
             self._reports = list(self._program.run(self.disabled_passes))
             self.refresh()
+            self._update_display()
         except Exception as error:
             self.status = f"error: {type(error).__name__}: {error}".splitlines()[0]
             raise
@@ -174,6 +175,19 @@ class ExplorerWidget(anywidget.AnyWidget):
         except Exception as error:  # the page shows `status`; a traceback has nowhere to go
             self.status = f"error: {type(error).__name__}: {error}".splitlines()[0]
             log.exception("explorer re-run failed")
+
+    def _ipython_display_(self) -> None:
+        """Display with a display id, so a re-run also replaces the report saved in the notebook."""
+        from IPython.display import display
+
+        data, metadata = self._repr_mimebundle_()
+        self._display_handle = display(data, metadata=metadata, raw=True, display_id=True)
+
+    def _update_display(self) -> None:
+        handle = getattr(self, "_display_handle", None)
+        if handle is not None:
+            data, metadata = self._repr_mimebundle_()
+            handle.update(data, metadata=metadata, raw=True)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict]:
         shown = super()._repr_mimebundle_(**kwargs)

@@ -128,3 +128,28 @@ def test_fallback_view_gets_static_html_only_without_front_end_bundle(fake_core)
     else:
         assert view._esm == widget_module.FRONT_END_BUNDLE.read_text()
         assert view.static_html == ""
+
+
+def test_a_rerun_replaces_the_displayed_report_too(fake_core, monkeypatch):
+    """The saved notebook must hold the latest report, not the one from the first display."""
+    import IPython.display
+
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, data, **kwargs):
+            updates.append(data)
+
+    def fake_display(data, **kwargs):
+        shown.append((data, kwargs))
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+    view = explorer.show(double, 3, timing_runs=0)
+    view._ipython_display_()
+    assert shown[0][1]["display_id"] is True and REPORT_MIME in shown[0][0]
+    view.enabled_passes = ["fuse_gemm_epilogue"]
+    view.rerun()
+    (latest,) = updates
+    passes = {p["name"]: p["enabled"] for p in latest[REPORT_MIME]["reports"][0]["passes"]}
+    assert passes["fuse_pointwise"] is False
