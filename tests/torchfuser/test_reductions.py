@@ -353,3 +353,39 @@ def test_masks_comparisons_and_logic_take_the_vector_path(n):
         assert_close(actual, expected)
     kernels = reduction_kernels()
     assert len(kernels) == 2 and all("vload16" in k.source and "select(" in k.source for k in kernels)
+
+
+def test_layer_norm_and_softmax_written_out_are_one_kernel_each():
+    def manual_layer_norm(x, w, b):  # as older BERT code writes it
+        u = x.mean(-1, keepdim=True)
+        s = (x - u).pow(2).mean(-1, keepdim=True)
+        return w * ((x - u) / torch.sqrt(s + 1e-12)) + b
+
+    def manual_softmax(x):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    x, w, b = torch.randn(4, 7, 33) * 2 + 3, torch.randn(33), torch.randn(33)
+    assert_close(compiled(manual_layer_norm, x, w, b), manual_layer_norm(x, w, b))
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction" and {"mean", "mean_1", "sqrt", "div"} <= set(kernel.nodes)
+    assert kernel.spec.count("\nstage ") == 2  # two passes over the row, then the final one
+
+    torch._dynamo.reset()
+    x = torch.randn(5, 100)
+    x[0] = -INF
+    assert_close(compiled(manual_softmax, x), manual_softmax(x))
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction" and {"amax", "exp", "sum_1", "div"} <= set(kernel.nodes)
+
+
+def test_row_level_ops_on_layer_norm_statistics():
+    def fn(x):
+        out, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], None, None, 1e-5)
+        return out, mean * rstd, 1 / rstd  # row-level ops on both statistics join the kernel
+
+    x = torch.randn(6, 50) + 2
+    for actual, expected in zip(compiled(fn, x), fn(x)):
+        assert_close(actual, expected)
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction" and {"native_layer_norm", "mul", "reciprocal"} <= set(kernel.nodes)

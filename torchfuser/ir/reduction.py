@@ -126,9 +126,11 @@ class RowReductionBuilder:
     def finish(self) -> ProgramBuilder:
         return self._pending[2]
 
-    def finish_row_input(self, r: int) -> int:
-        """The id of an earlier stage's row value r inside the open finish builder."""
-        return 2 + r
+    def row_in_finish(self, r: int) -> int:
+        """The id of row value r inside the open finish builder: an input for earlier stages' values, the
+        defining value for this stage's own."""
+        defined_before = len(self.row_dtypes)
+        return 2 + r if r < defined_before else self._pending[3][r - defined_before]
 
     def add_row(self, value: int) -> int:
         """Make a value of the open finish builder a row value; returns its row index."""
@@ -165,7 +167,6 @@ class RowReductionBuilder:
 class AnchorValues:
     element: Callable[[ProgramBuilder], int] | None  # emits the op's element result into the final program
     rows: dict  # result index (0 for single results; 1, 2 for layernorm's mean, rstd) -> row value index
-    row_in_finish: dict  # result index -> its value id in the still open finish builder (row epilogue)
 
 
 def _f32(value: float) -> Const:
@@ -190,7 +191,7 @@ def softmax_template(rb: RowReductionBuilder, source, log: bool = False) -> Anch
             return b.emit("sub", (shifted(b), rb.row_input(s)), "float32")
         return b.emit("mul", (b.emit("exp", (shifted(b),), "float32"), rb.row_input(s)), "float32")
 
-    return AnchorValues(element, {}, {})
+    return AnchorValues(element, {})
 
 
 def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None, bias=None) -> AnchorValues:
@@ -217,15 +218,19 @@ def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None
             y = b.emit("add", (y, b.cast(bias, "float32")), "float32")
         return y
 
-    return AnchorValues(element, {1: mean, 2: rstd}, {})
+    return AnchorValues(element, {1: mean, 2: rstd})
 
 
 def reduce_template(rb: RowReductionBuilder, source, kind: str) -> AnchorValues:
-    """sum / mean / amax over the row: one stage; its value stays open for a row-level epilogue."""
+    """sum / mean / amax over the row: one stage; its finish stays open for a row-level epilogue."""
     eb = rb.element()
-    fb = rb.reduce(eb, source(eb), "max" if kind == "amax" else "sum")
-    value = fb.emit("div", (0, 1), "float32") if kind == "mean" else 0
-    return AnchorValues(None, {0: rb.add_row(value)}, {0: value})
+    return AnchorValues(None, {0: reduction_stage(rb, eb, source(eb), kind)})
+
+
+def reduction_stage(rb: RowReductionBuilder, builder: ProgramBuilder, value: int, kind: str) -> int:
+    """End `builder` with a sum / mean / amax of `value`; returns the new row value."""
+    finish = rb.reduce(builder, value, "max" if kind == "amax" else "sum")
+    return rb.add_row(finish.emit("div", (0, 1), "float32") if kind == "mean" else 0)
 
 
 # ---------------------------------------------------------------- reference semantics

@@ -4,11 +4,12 @@ Rule: each anchor, `_softmax`, `_log_softmax`, `native_layer_norm` (one normalis
 `mean.dim` or `amax` over the last dim only (keepdim either way), becomes a `ReductionKernel` together with
 - its prologue: the elementwise producers of its input, of the same shape, whose users are all in the
   kernel (a mask add, a scale, a residual add); they are recomputed in every pass over the row;
-- its epilogue: elementwise consumers of its results, in graph order. Row-level ones (same shape as a
-  sum/mean/amax result, no tensor operands of their own: rmsnorm's add eps and rsqrt) join the last
-  statistic; element-level ones (the row shape: weight, bias, activation, residual, rmsnorm's mul x) join
-  the final program, loading their other operands broadcast to the rows. A row value used by an
-  element-level op must keep its dim (keepdim shape).
+- its epilogue: consumers of its results, in graph order. Row-level ones (a row value's shape, no tensor
+  operands of their own: rmsnorm's add eps and rsqrt) join the latest statistic; element-level ones (the
+  row shape: weight, bias, activation, residual, rmsnorm's mul x) join the final program, loading their
+  other operands broadcast to the rows (a row value used there must keep its dim); a further sum / mean /
+  amax over the last dim of an element-level value becomes one more pass over the row, so a layernorm or
+  softmax written out by hand (mean, then mean of squared deviations; amax, exp, sum) is one kernel too.
 Nodes used outside the kernel become its outputs. An operand that depends on the kernel's own results is
 never loaded (that would need a cycle). LLaMA's rmsnorm, pow -> mean.dim -> add -> rsqrt -> mul -> mul,
 is thus one kernel.
@@ -33,7 +34,9 @@ import torch.fx as fx
 
 from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
 from torchfuser.ir.program import ProgramBuilder
-from torchfuser.ir.reduction import RowReductionBuilder, layer_norm_template, reduce_template, softmax_template
+from torchfuser.ir.reduction import (
+    RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template,
+)
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.reduction_launch import ReductionKernel
 
@@ -65,7 +68,7 @@ def fuse_reductions(gm: fx.GraphModule) -> PassResult:
         claimed |= match.members
         fused += 1
         prologue_ops += len(match.prologue)
-        epilogue_ops += len(match.row_epilogue) + len(match.element_epilogue)
+        epilogue_ops += len(match.epilogue)
     if fused:
         erase_nodes(gm, claimed)
     return PassResult(gm, fused > 0, {
@@ -123,24 +126,23 @@ class _Match:
         self.kind = KINDS[anchor.target]
         self.x: fx.Node = anchor.args[0]
         self.shape = tuple(tensor_meta(self.x).shape)
-        self.row_shape = self.shape[:-1] + (1,)  # a row value that keeps its dim
+        self.row_shapes = (self.shape[:-1], self.shape[:-1] + (1,))  # a row value without / with its dim
         self.prologue: set[fx.Node] = set()
         self.results: dict[fx.Node, tuple] = {}  # node -> ("element",) or ("row", result index)
         self.getitems: list[fx.Node] = []
-        self.row_epilogue: list[fx.Node] = []
-        self.element_epilogue: list[fx.Node] = []
+        self.epilogue: list[fx.Node] = []  # in graph order
+        self.level: dict[fx.Node, str] = {}  # epilogue node -> "element" | "row" | "reduce"
         self.loads: list[fx.Node] = []
 
     @property
     def members(self) -> set[fx.Node]:
-        return ({self.anchor} | self.prologue | set(self.results) | set(self.getitems)
-                | set(self.row_epilogue) | set(self.element_epilogue))
+        return {self.anchor} | self.prologue | set(self.results) | set(self.getitems) | set(self.epilogue)
 
     def is_row_level(self, node: fx.Node) -> bool:
-        return node in self.row_epilogue or self.results.get(node, ("element",))[0] == "row"
+        return self.level.get(node) in ("row", "reduce") or self.results.get(node, ("element",))[0] == "row"
 
     def is_element_level(self, node: fx.Node) -> bool:
-        return node in self.element_epilogue or self.results.get(node) == ("element",)
+        return self.level.get(node) == "element" or self.results.get(node) == ("element",)
 
 
 def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | None:
@@ -207,27 +209,41 @@ def _grow_prologue(m: _Match, claimed: set) -> None:
 def _grow_epilogue(gm: fx.GraphModule, m: _Match, claimed: set) -> None:
     """Consumers in graph order; `tainted` holds what depends on the kernel without being in it."""
     nodes = list(gm.graph.nodes)
-    start = nodes.index(m.anchor) + 1
     tainted: set[fx.Node] = set()
-    row_epilogue_allowed = m.kind in ("sum", "mean", "amax")
-    for node in nodes[start:]:
+    for node in nodes[nodes.index(m.anchor) + 1:]:
         members = m.members
         inputs = node.all_input_nodes
         if node in members or not any(i in members or i in tainted for i in inputs):
             continue
-        if node not in claimed and not any(i in tainted for i in inputs) and _lowerable(node):
-            shape = tuple(tensor_meta(node).shape)
-            if shape == m.shape and tensor_meta(node).is_contiguous() and all(
-                m.is_element_level(i) or (m.is_row_level(i) and tuple(tensor_meta(i).shape) == m.row_shape)
-                or (i not in members and _broadcasts_to(i, m.shape)) for i in inputs
-            ):
-                m.element_epilogue.append(node)
-                continue
-            if (row_epilogue_allowed and shape == tuple(tensor_meta(m.anchor).shape)
-                    and tensor_meta(node).is_contiguous() and all(m.is_row_level(i) for i in inputs)):
-                m.row_epilogue.append(node)
-                continue
-        tainted.add(node)
+        level = None
+        if node not in claimed and not any(i in tainted for i in inputs):
+            level = _epilogue_level(m, node, members)
+        if level is None:
+            tainted.add(node)
+        else:
+            m.epilogue.append(node)
+            m.level[node] = level
+
+
+def _epilogue_level(m: _Match, node: fx.Node, members: set) -> str | None:
+    meta = tensor_meta(node)
+    if meta is None or not meta.is_contiguous():
+        return None
+    shape, inputs = tuple(meta.shape), node.all_input_nodes
+    if node.target in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default):
+        reduced = node.args[0]
+        ok = unfused_reason(node) is None and m.is_element_level(reduced) and len(inputs) == 1
+        return "reduce" if ok and tuple(tensor_meta(reduced).shape) == m.shape else None
+    if not _lowerable(node):
+        return None
+    if shape == m.shape and all(
+        m.is_element_level(i) or (m.is_row_level(i) and tuple(tensor_meta(i).shape) == m.row_shapes[1])
+        or (i not in members and _broadcasts_to(i, m.shape)) for i in inputs
+    ):
+        return "element"
+    if shape in m.row_shapes and all(m.is_row_level(i) and tuple(tensor_meta(i).shape) == shape for i in inputs):
+        return "row"
+    return None
 
 
 def _used_outside(m: _Match, node: fx.Node) -> bool:
@@ -244,7 +260,7 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     prologue = sorted(m.prologue, key=position.__getitem__)
     affine = [a for a in m.anchor.args[2:4] if isinstance(a, fx.Node)] if m.kind == "layer_norm" else []
     operands = [i for node in prologue for i in node.all_input_nodes] + [m.x] + affine
-    operands += [i for node in m.element_epilogue for i in node.all_input_nodes]
+    operands += [i for node in m.epilogue for i in node.all_input_nodes]
     for i in operands:
         if i not in members and i not in m.loads:
             m.loads.append(i)
@@ -265,32 +281,42 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
         anchor_values = layer_norm_template(rb, source, float(m.anchor.args[4]), weight, bias)
     else:
         anchor_values = reduce_template(rb, source, m.kind)
-
     row_index = {}  # row-level node -> its row value
     for node, result in m.results.items():
         if result[0] == "row":
             row_index[node] = anchor_values.rows[result[1]]
-    if m.row_epilogue:  # into the last statistic's finish program, each one a row value
-        finish_values = {node: anchor_values.row_in_finish[0] for node in m.results}
-        lowerer = Lowerer(rb.finish, finish_values)
-        for node in m.row_epilogue:
-            finish_values[node] = lowerer.lower(node)
-            row_index[node] = rb.add_row(finish_values[node])
+
+    def element_value(builder: ProgramBuilder, memo: dict, node: fx.Node) -> int:
+        """Lower an element-level value (and what it needs) into an element or final program."""
+        if node not in memo:
+            if node in load_ids:
+                memo[node] = load_ids[node]
+            elif node in row_index:  # defined by an earlier stage: an input of this program
+                memo[node] = rb.row_input(row_index[node])
+            elif node in m.results:
+                memo[node] = anchor_values.element(builder)
+            else:
+                for i in node.all_input_nodes:
+                    element_value(builder, memo, i)
+                memo[node] = Lowerer(builder, memo).lower(node)
+        return memo[node]
+
+    for node in m.epilogue:  # row-level work in graph order: each joins the latest statistic
+        if m.level[node] == "row":
+            values = {n: rb.row_in_finish(r) for n, r in row_index.items()}
+            row_index[node] = rb.add_row(Lowerer(rb.finish, values).lower(node))
+        elif m.level[node] == "reduce":
+            builder = rb.element()
+            value = element_value(builder, {}, node.args[0])
+            row_index[node] = reduction_stage(rb, builder, value, KINDS[node.target])
 
     final = rb.final()
-    values = dict(load_ids)
-    values.update({node: rb.row_input(r) for node, r in row_index.items()})
-    for node, result in m.results.items():
-        if result[0] == "element":
-            values[node] = anchor_values.element(final)
-    lowerer = Lowerer(final, values)
-    for node in m.element_epilogue:
-        values[node] = lowerer.lower(node)
-
+    memo: dict = {}
     ordered = sorted(members, key=position.__getitem__)
     outputs = [n for n in ordered if _used_outside(m, n)]
     element_outputs = [n for n in outputs if m.is_element_level(n)]
     row_outputs = [n for n in outputs if m.is_row_level(n)]
+    values = {n: element_value(final, memo, n) for n in element_outputs}
     reduction = rb.build(final, [values[n] for n in element_outputs], [row_index[n] for n in row_outputs])
     kernel = ReductionKernel(reduction, m.shape, [tuple(tensor_meta(n).shape) for n in row_outputs], group)
     results = element_outputs + row_outputs

@@ -71,3 +71,19 @@ def test_nothing_to_do():
 
 def test_pipeline_order():
     assert PIPELINE.index("fuse_gemm_epilogue") < PIPELINE.index("fuse_reductions") < PIPELINE.index("fuse_pointwise")
+
+
+def test_a_second_reduction_of_an_epilogue_value_is_one_more_stage():
+    def manual_softmax(x):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    x = torch.randn(3, 24)
+    gm = aten_graph(manual_softmax, x)
+    result = fuse_reductions(gm)
+    assert len(ops(result.gm)) == 1 and result.stats["reductions"] == 1
+    assert result.stats["epilogue_ops"] == 4  # sub, exp, sum, div
+    (node,) = kernels(result.gm)
+    assert len(node.target.reduction.stages) == 2
+    assert_close(result.gm(x), manual_softmax(x))
+    assert not fuse_reductions(result.gm).modified
