@@ -16,8 +16,9 @@ from torch._decomp import core_aten_decompositions
 
 aten = torch.ops.aten
 
-# Ops we fuse as they are, so they must not be decomposed: silu is one epilogue op, not mul(x, sigmoid(x)).
-KEEP = (aten.silu.default, aten.silu_.default, aten.silu.out)
+# Ops we fuse as they are, so they must not be decomposed: silu is one epilogue op, not mul(x, sigmoid(x));
+# SDPA is one attention kernel (decomposed, it is bmm, softmax, a masked-row fix-up and bmm).
+KEEP = (aten.silu.default, aten.silu_.default, aten.silu.out, aten._scaled_dot_product_flash_attention_for_cpu.default)
 DECOMPOSITIONS = {op: fn for op, fn in core_aten_decompositions().items() if op not in KEEP}
 
 

@@ -18,6 +18,7 @@ from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph, target_
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
 from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
+from torchfuser.passes.fuse_attention import ATTENTION_OPS
 from torchfuser.passes.fuse_reductions import REDUCTION_OPS, unfused_reason
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
 from torchfuser.runtime.autotune import tune_gemm
@@ -187,6 +188,8 @@ def _fallbacks(gm: fx.GraphModule, disabled) -> list[FallbackEntry]:
 
 
 def _fallback_reason(node: fx.Node, disabled) -> str:
+    if node.target in ATTENTION_OPS:
+        return "fuse_attention is disabled" if "fuse_attention" in disabled else "attention with dropout, other dtypes or shapes: runs in PyTorch"
     if node.target in (aten.mm.default, aten.addmm.default):
         return "fuse_gemm_epilogue is disabled" if "fuse_gemm_epilogue" in disabled else "operand dtype or rank not supported by the GEMM kernel"
     if node.target in REDUCTION_OPS:

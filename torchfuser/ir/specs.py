@@ -162,6 +162,7 @@ class ReductionSpec:
 ATTENTION_CPU = "row_vector"
 ATTENTION_GPU = "row_scalar"
 ATTENTION_LAYOUTS = ("contig", "strided")  # along the head dim: stride 1 (vector loads) or any other
+MASK_LAYOUTS = ("contig", "bcast", "strided")  # a mask along the keys: stride 1, stride 0, any other
 
 
 @dataclass(frozen=True)
@@ -175,24 +176,28 @@ class AttentionSpec:
     score: Program
     head_dim: int
     layouts: tuple[str, ...]  # along the head dim, for q, k, v and the output
+    mask_layouts: tuple[str, ...] = ()  # along the keys, one per mask operand (score inputs 1..)
     causal: bool = False  # SDPA's is_causal: key s is seen by query t when s <= t
     masked_rows: str = "nan"  # a row with every score -inf: "nan" (softmax, as eager) or "zero" (SDPA)
     with_lse: bool = False  # also write logsumexp of the scores per row (what SDPA's backward reads)
     index_type: str = "int"
     schedule: str = ATTENTION_CPU
+    rows_per_item: int = 1  # query rows per work-item (row_vector): k and v loads shared between them
 
     kind = "attention"
 
     def __post_init__(self):
         if len(self.layouts) != 4 or any(layout not in ATTENTION_LAYOUTS for layout in self.layouts):
             raise ValueError(f"four layouts (q, k, v, out) among {ATTENTION_LAYOUTS}")
+        if len(self.mask_layouts) != self.score.n_inputs - 1 or any(x not in MASK_LAYOUTS for x in self.mask_layouts):
+            raise ValueError(f"one mask layout per mask operand, among {MASK_LAYOUTS}")
         if self.score.n_inputs < 1 or self.score.input_dtypes[0] != "float32" or len(self.score.outputs) != 1:
             raise ValueError("the score program takes the fp32 dot product first and has one output")
         if self.masked_rows not in ("nan", "zero"):
             raise ValueError("masked_rows is 'nan' or 'zero'")
         if self.schedule not in (ATTENTION_CPU, ATTENTION_GPU):
             raise ValueError(f"schedule is {ATTENTION_CPU!r} or {ATTENTION_GPU!r}")
-        if self.head_dim < 1 or self.index_type not in ("int", "long"):
+        if self.head_dim < 1 or self.index_type not in ("int", "long") or self.rows_per_item < 1:
             raise ValueError("head_dim >= 1 and index_type 'int' or 'long'")
 
     @property
@@ -201,9 +206,10 @@ class AttentionSpec:
 
     def key_text(self) -> str:
         return (
-            f"attention head_dim={self.head_dim} layouts={','.join(self.layouts)} causal={int(self.causal)} "
+            f"attention head_dim={self.head_dim} layouts={','.join(self.layouts)} "
+            f"masks={','.join(self.mask_layouts)} causal={int(self.causal)} "
             f"masked_rows={self.masked_rows} lse={int(self.with_lse)} index={self.index_type} "
-            f"schedule={self.schedule}\n{self.score.text()}"
+            f"schedule={self.schedule} rows={self.rows_per_item}\n{self.score.text()}"
         )
 
     @property

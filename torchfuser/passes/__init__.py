@@ -16,11 +16,14 @@ import torch.fx as fx
 from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.eliminate_dead_code import eliminate_dead_code
+from torchfuser.passes.fuse_attention import fuse_attention
 from torchfuser.passes.fuse_gemm_epilogue import fuse_gemm_epilogue
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
 from torchfuser.passes.fuse_reductions import fuse_reductions
 
 PASSES = {
+    # attention first: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions
+    "fuse_attention": fuse_attention,
     # GEMM first: it claims the bias add and activation that fuse_pointwise would otherwise take.
     "fuse_gemm_epilogue": fuse_gemm_epilogue,
     # row reductions next, before fuse_pointwise: they take the elementwise ops around them (mask add,
