@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE, c_expression, vector_type
 from torchfuser.codegen.program_c import PREAMBLE, const_c, helpers_for, program_statements
-from torchfuser.ir.program import Const, Program
+from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.specs import GROUP_PER_ROW, ReductionSpec
 
 _IDENTITY = {"sum": "(({T})0)", "max": "(({T})-INFINITY)"}
@@ -36,6 +36,15 @@ class _Writer:
         self.red = spec.reduction
         self.idx = spec.index_type
         self.n_loads = len(self.red.load_dtypes)
+        # When the final program recomputes the last stage's costly element value (softmax's exp), that
+        # stage stores it in element output 0 and the final reads it back at the same j instead.
+        self.final, self.stash = self.red.final, None
+        stage = self.red.stages[-1] if self.red.stages else None
+        if stage is not None and self.final.output_dtypes[:1] == (stage.acc_dtype,) and _costly(stage.element):
+            value = _recomputed(stage.element, self.final)
+            if value is not None:
+                self.final, self.stash = _reading_back(self.final, value), len(self.red.stages) - 1
+        self.stash_input = self.red.final.n_inputs
 
     # -------------------------------------------------------------- signature and per-row set-up
 
@@ -91,6 +100,11 @@ class _Writer:
         lines, names = [], []
         for i in range(program.n_inputs):
             dtype = program.input_dtypes[i]
+            if self.stash is not None and program is self.final and i == self.stash_input:
+                names.append(f"{prefix}stash")
+                value = f"vload{width}(0, out0 + obase + {j})" if width > 1 else f"out0[obase + {j}]"
+                lines.append(f"const {vector_type(dtype, width)} {prefix}stash = {value};")
+                continue
             if i >= self.n_loads:  # a row value, the same for the whole row
                 r = i - self.n_loads
                 names.append(_broadcast(f"rv{r}", dtype, width, program) if width > 1 else f"rv{r}")
@@ -130,15 +144,21 @@ class _Writer:
             steps = []
             for lane in range(2):
                 body, (value,) = self.element_block(stage.element, f"j{k} + {lane * w}", f"s{k}u{lane}_", w)
-                steps.append(body + [f"va{lane} = {_combine(stage.combine, f'va{lane}', value, vtype)};"])
+                steps.append(body + [f"va{lane} = {_combine(stage.combine, f'va{lane}', value, vtype)};"]
+                             + self.stash_store(k, value, f"j{k} + {lane * w}", w))
             lines += [f"{{ {vtype} va0 = {vinit}, va1 = {vinit};",
                       f"for (; j{k} + {2 * w} <= n; j{k} += {2 * w}) {{", *steps[0], *steps[1], "}",
                       f"for (; j{k} + {w} <= n; j{k} += {w}) {{", *steps[0], "}",
                       f"acc{k} = tf_fold_{stage.combine}_{vtype}({_combine(stage.combine, 'va0', 'va1', vtype)}); }}"]
         body, (value,) = self.element_block(stage.element, f"j{k}", f"s{k}_", 1)
-        lines += [f"for (; j{k} < n; ++j{k}) {{", *body,
+        lines += [f"for (; j{k} < n; ++j{k}) {{", *body, *self.stash_store(k, value, f"j{k}", 1),
                   f"acc{k} = {_combine(stage.combine, f'acc{k}', value, c_type)};", "}"]
         return lines + self.finish(k)
+
+    def stash_store(self, k: int, value: str, j: str, width: int) -> list[str]:
+        if k != self.stash:
+            return []
+        return self.stores([value], j, width)
 
     def finish(self, k: int) -> list[str]:
         stage = self.red.stages[k]
@@ -154,7 +174,7 @@ class _Writer:
         return [f"out{o}[obase + {j}] = {name};" for o, name in enumerate(outputs)]
 
     def final_per_item(self) -> list[str]:
-        final, idx = self.red.final, self.idx
+        final, idx = self.final, self.idx
         if not final.outputs:
             return []
         lines = [f"{idx} jf = 0;"]
@@ -188,11 +208,12 @@ class _Writer:
             body, (value,) = self.element_block(stage.element, f"j{k}", f"s{k}_", 1)
             lines += [f"{c_type} acc{k} = {_IDENTITY[stage.combine].format(T=c_type)};",
                       f"for ({idx} j{k} = lid; j{k} < n; j{k} += lsize) {{", *body,
+                      *self.stash_store(k, value, f"j{k}", 1),
                       f"acc{k} = {_combine(stage.combine, f'acc{k}', value, c_type)};", "}",
                       f"acc{k} = tf_group_{stage.combine}_{c_type}(acc{k}, scratch{k}, lid, lsize);"]
             lines += self.finish(k)
-        if self.red.final.outputs:
-            body, outputs = self.element_block(self.red.final, "jf", "fs_", 1)
+        if self.final.outputs:
+            body, outputs = self.element_block(self.final, "jf", "fs_", 1)
             lines += [f"for ({idx} jf = lid; jf < n; jf += lsize) {{", *body, *self.stores(outputs, "jf", 1), "}"]
         lines += ["if (lid == 0) {", *self.row_stores(), "}", "}"]
         return lines
@@ -268,6 +289,51 @@ def _group_helper(combine: str, c_type: str, scratch: int) -> str:
   return result;
 }}
 """
+
+
+# ---------------------------------------------------------------- reading a stage's value back
+
+_COSTLY = frozenset({"exp", "log", "log1p", "expm1", "tanh", "erf", "gelu", "gelu_tanh", "sigmoid", "silu",
+                     "pow", "sin", "cos"})
+
+
+def _costly(program: Program) -> bool:
+    return any(ins.op in _COSTLY for ins in program.instrs)
+
+
+def _value_numbers(program: Program, table: dict) -> list[int]:
+    """Structural value numbers: equal numbers (one table) mean equal expressions over the same inputs."""
+    numbers = [table.setdefault(("in", i), len(table)) for i in range(program.n_inputs)]
+    for ins in program.instrs:
+        args = tuple(("c", a.exact_text(), a.dtype) if isinstance(a, Const) else numbers[a] for a in ins.args)
+        numbers.append(table.setdefault((ins.op, ins.dtype, args), len(table)))
+    return numbers
+
+
+def _recomputed(element: Program, final: Program) -> int | None:
+    """The value of `final` that computes exactly `element`'s output (loads and row values share ids)."""
+    table: dict = {}
+    target = _value_numbers(element, table)[element.outputs[0]]
+    numbers = _value_numbers(final, table)
+    return next((v for v in range(final.n_inputs, len(numbers)) if numbers[v] == target), None)
+
+
+def _reading_back(program: Program, value: int) -> Program:
+    """`program` with `value` taken from a new last input; what only it needed is dropped."""
+    n = program.n_inputs
+    live, stack = set(), list(program.outputs)
+    while stack:
+        v = stack.pop()
+        if v not in live:
+            live.add(v)
+            if v >= n and v != value:
+                stack += [a for a in program.instrs[v - n].args if isinstance(a, int)]
+    builder = ProgramBuilder(program.input_dtypes + (program.dtype_of(value),))
+    renamed = {i: i for i in range(n)} | {value: n}
+    for v, ins in enumerate(program.instrs, start=n):
+        if v in live and v != value:
+            renamed[v] = builder.emit(ins.op, [a if isinstance(a, Const) else renamed[a] for a in ins.args], ins.dtype)
+    return builder.build([renamed[v] for v in program.outputs])
 
 
 # ---------------------------------------------------------------- vectors with masks
