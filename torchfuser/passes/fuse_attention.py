@@ -177,8 +177,8 @@ def _unflatten(operand: fx.Node, covered: list):
         source = _skip_clones(source.args[0], steps)
         if tensor_meta(source) is None or tuple(tensor_meta(source).shape) != shape:
             return None  # a real broadcast: not the layout attention code produces
-    meta = tensor_meta(source)
-    if meta is None or meta.dim() != 4 or meta.shape[0] * meta.shape[1] != tensor_meta(operand).shape[0]:
+    meta, flat = tensor_meta(source), tuple(tensor_meta(operand).shape)
+    if meta is None or meta.dim() != 4 or (meta.shape[0] * meta.shape[1], *meta.shape[2:]) != flat:
         return None
     covered += steps
     return source
@@ -196,8 +196,9 @@ def _repeat_kv_source(node: fx.Node, covered: list) -> fx.Node:
     if unsqueeze.op != "call_function" or unsqueeze.target is not aten.unsqueeze.default or unsqueeze.args[1] != 2:
         return node
     source = unsqueeze.args[0]
-    meta = tensor_meta(source)
-    if meta is None or meta.dim() != 4:
+    meta, repeated = tensor_meta(source), tuple(tensor_meta(expand).shape)
+    if meta is None or meta.dim() != 4 or tuple(tensor_meta(node).shape) != (
+            repeated[0], repeated[1] * repeated[2], *repeated[3:]):
         return node
     covered += steps + [expand, unsqueeze]
     return source
@@ -230,10 +231,10 @@ def _match_explicit(pv_bmm: fx.Node) -> _Match | None:
     kt = _unflatten(qk_bmm.args[1], covered)
     if q is None or kt is None:
         return None
-    k = kt.args[0] if kt.op == "call_function" and kt.target is aten.permute.default and list(kt.args[1]) == SWAP_LAST_TWO else None
-    if k is not None:
+    k = None  # kᵀ is usually permute(k, [0, 1, 3, 2]); otherwise the rewrite adds that permute back
+    if kt.op == "call_function" and kt.target is aten.permute.default and list(kt.args[1]) == SWAP_LAST_TWO:
         covered.append(kt)
-    k = _repeat_kv_source(k, covered) if k is not None else None
+        k = _repeat_kv_source(kt.args[0], covered)
     v = _repeat_kv_source(v, covered)
     private = [qk_bmm, scores4, *chain, softmax, *probs_side]
     if any(u not in private + [pv_bmm] for n in private for u in n.users):

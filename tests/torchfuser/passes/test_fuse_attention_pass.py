@@ -26,7 +26,8 @@ def kernels(gm):
 
 
 def test_explicit_pattern_becomes_one_node():
-    q, k, v, mask = torch.randn(2, 4, 8, 32), torch.randn(2, 4, 8, 32), torch.randn(2, 4, 8, 32), torch.randn(2, 1, 1, 8)
+    q, k, v = (torch.randn(2, 4, 8, 32) for _ in range(3))
+    mask = torch.randn(2, 1, 1, 8)
     gm = aten_graph(bert_attention, q, k, v, mask)
     before = len(ops(gm))
     assert before == 16  # permute, 4x expand/view, bmm, view, div, add, _softmax, expand, view, bmm, view
