@@ -217,3 +217,16 @@ def test_report_gives_peak_intermediate_memory_beside_eager():
     memory = torchfuser.last_report().to_dict()["memory"]
     assert memory["eager_peak_intermediate_bytes"] == 3 * 4000  # exp, sigmoid, mul live together at most
     assert memory["peak_intermediate_bytes"] == 0  # one kernel: no intermediate buffers at all
+
+
+def test_an_error_in_a_fallback_op_waits_for_running_kernels_and_propagates():
+    def fn(x, index):
+        h = torch.exp(x) * 2  # a kernel, enqueued first
+        return torch.index_select(h, 0, index) + 1  # PyTorch, which raises for a bad index
+
+    compiled = torchfuser.compile(fn)
+    x = torch.randn(1 << 16)
+    assert_close(compiled(x, torch.tensor([1, 5])), fn(x, torch.tensor([1, 5])))
+    with pytest.raises(IndexError):
+        compiled(x, torch.tensor([1 << 20, 0]))
+    assert_close(compiled(x, torch.tensor([7])), fn(x, torch.tensor([7])))  # still healthy

@@ -212,6 +212,17 @@ class Plan:
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
         call = _Call(self.runtime) if self.runtime is not None else None
+        try:
+            output = self._run_steps(env, call)
+        finally:  # also when a step raises: kernels still running must not outlive their buffers
+            if call is not None:
+                call.sync()
+        if call is not None:
+            self._record(call)
+        self.calls += 1
+        return output
+
+    def _run_steps(self, env: list, call):
         for slot, kind, target, name, get_args, kw_names, get_kwargs, free in self.steps:
             args = get_args(env)
             kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
@@ -227,12 +238,7 @@ class Plan:
                 env[slot] = _fetch_attr(self.gm, target)
             for dead in free:
                 env[dead] = None
-        output = self.output(env)[0]
-        if call is not None:
-            call.sync()
-            self._record(call)
-        self.calls += 1
-        return output
+        return self.output(env)[0]
 
     def _launch(self, call, target, name, args):
         if call is None or name in self.fallback_nodes:
