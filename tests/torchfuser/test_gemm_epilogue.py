@@ -259,3 +259,14 @@ def test_batched_matmul_extern_variant(monkeypatch):
     a, b = torch.randn(4, 9, 12), torch.randn(4, 12, 10)
     assert_close(torchfuser.compile(fn)(a, b), fn(a, b))
     assert torchfuser.last_report().kernels[0].tuning["winner"] == "extern"
+
+
+def test_a_kernel_result_as_the_packed_operand_is_complete_before_packing():
+    def fn(a, b):
+        k = torch.exp(b) * 0.5  # a kernel writes B ...
+        return torch.relu(a @ k)  # ... which the packed GEMM packs on the host
+
+    a, b = torch.randn(16, 2048), torch.randn(2048, 2048)  # a big B: the exp kernel is still running
+    compiled = torchfuser.compile(fn)
+    for _ in range(3):
+        assert_close(compiled(a, b), fn(a, b), rtol=1e-4, atol=1e-3)

@@ -81,12 +81,14 @@ class PackedWeights:
     def __init__(self):
         self._entries: dict = {}
 
-    def get(self, b: torch.Tensor, tile_n: int) -> torch.Tensor:
+    def get(self, b: torch.Tensor, tile_n: int, call=None) -> torch.Tensor:
         root = b._base if b._base is not None else b
         key = (id(root), tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is root and entry[1] == root._version:
             return entry[2]
+        if call is not None:
+            call.before_host_read([b])  # an activation as B may still be being written by a kernel
         packed = pack_panels(b, tile_n)
         if len(self._entries) > 16:  # activations as B never hit: keep the table small
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
@@ -100,7 +102,7 @@ class GemmLaunch(Launch):
     def prepare(self, inputs, call=None):
         if self.spec.schedule != "packed":
             return inputs
-        return [inputs[0], self.packer.get(inputs[1], self.spec.tile_n), *inputs[2:]]
+        return [inputs[0], self.packer.get(inputs[1], self.spec.tile_n, call), *inputs[2:]]
 
     def arguments(self, in_buffers, in_offsets, out_buffers):
         index = np.int64 if self.spec.index_type == "long" else np.int32
