@@ -241,14 +241,15 @@ class Plan:
         return self.output(env)[0]
 
     def _launch(self, call, target, name, args):
-        if call is None or name in self.fallback_nodes:
-            return target.reference(*args)
-        try:
-            return call.launch(target, args, self.kernel_for, name)
-        except KernelBuildError as error:  # a new input layout whose kernel does not build
-            self.fallback_nodes[name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
-            warnings.warn(f"torchfuser: {error}; {name} runs in PyTorch from now on", RuntimeWarning)
-            return target.reference(*args)
+        if call is not None and name not in self.fallback_nodes:
+            try:
+                return call.launch(target, args, self.kernel_for, name)
+            except KernelBuildError as error:  # a new input layout whose kernel does not build
+                self.fallback_nodes[name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
+                warnings.warn(f"torchfuser: {error}; {name} runs in PyTorch from now on", RuntimeWarning)
+        if call is not None:
+            call.before_host_read(_tensors_in(args))  # the PyTorch fallback reads on the host
+        return target.reference(*args)
 
     def _record(self, call: _Call) -> None:
         profile = self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0
