@@ -389,3 +389,22 @@ def test_row_level_ops_on_layer_norm_statistics():
         assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
     assert kernel.kind == "reduction" and {"native_layer_norm", "mul", "reciprocal"} <= set(kernel.nodes)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 768])
+def test_variance_and_std(n):
+    def fn(x):
+        normalised = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)
+        spread = torch.softmax(x, -1).var(-1, keepdim=True, correction=2)  # var of a kernel's own value
+        return normalised, x.std(-1), spread * 3
+
+    x = torch.randn(3, 4, n) * 2 + 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # eager: degrees of freedom <= 0 for the shortest rows
+        expected = fn(x)
+        actual = compiled(fn, x)
+    for a, e in zip(actual, expected):
+        assert_close(a, e)
+    report = torchfuser.last_report()
+    assert report.fallbacks == []
+    assert any({"_softmax", "var_1", "mul"} <= set(k.nodes) for k in reduction_kernels())

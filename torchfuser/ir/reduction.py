@@ -194,9 +194,9 @@ def softmax_template(rb: RowReductionBuilder, source, log: bool = False) -> Anch
     return AnchorValues(element, {})
 
 
-def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None, bias=None) -> AnchorValues:
-    """Two passes for the statistics (mean, then the mean of squared deviations: no cancellation), fp32.
-    `weight`/`bias` are load indices or None."""
+def deviation_stages(rb: RowReductionBuilder, source):
+    """Two passes (no cancellation): the mean, then the sum of squared deviations from it, whose finish is
+    left open. Returns (the mean's row value, `centred(builder)` emitting x - mean)."""
     eb = rb.element()
     fb = rb.reduce(eb, source(eb), "sum")
     mean = rb.add_row(fb.emit("div", (0, 1), "float32"))
@@ -206,7 +206,14 @@ def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None
 
     eb = rb.element()
     d = centred(eb)
-    fb = rb.reduce(eb, eb.emit("mul", (d, d), "float32"), "sum")
+    rb.reduce(eb, eb.emit("mul", (d, d), "float32"), "sum")
+    return mean, centred
+
+
+def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None, bias=None) -> AnchorValues:
+    """fp32 statistics over two passes; `weight`/`bias` are load indices or None."""
+    mean, centred = deviation_stages(rb, source)
+    fb = rb.finish
     variance = fb.emit("div", (0, 1), "float32")
     rstd = rb.add_row(fb.emit("rsqrt", (fb.emit("add", (variance, _f32(eps)), "float32"),), "float32"))
 
@@ -221,8 +228,19 @@ def layer_norm_template(rb: RowReductionBuilder, source, eps: float, weight=None
     return AnchorValues(element, {1: mean, 2: rstd})
 
 
-def reduce_template(rb: RowReductionBuilder, source, kind: str) -> AnchorValues:
-    """sum / mean / amax over the row: one stage; its finish stays open for a row-level epilogue."""
+def variance_row(rb: RowReductionBuilder, source, correction: float) -> int:
+    """var(x, correction) over the row: sum of squared deviations / max(n - correction, 0), as eager divides."""
+    deviation_stages(rb, source)
+    fb = rb.finish
+    divisor = fb.emit("maximum", (fb.emit("sub", (1, _f32(correction)), "float32"), _f32(0.0)), "float32")
+    return rb.add_row(fb.emit("div", (0, divisor), "float32"))
+
+
+def reduce_template(rb: RowReductionBuilder, source, kind: str, correction: float = 1.0) -> AnchorValues:
+    """sum / mean / amax (one stage) or var (two) over the row; the last finish stays open for a row-level
+    epilogue."""
+    if kind == "var":
+        return AnchorValues(None, {0: variance_row(rb, source, correction)})
     eb = rb.element()
     return AnchorValues(None, {0: reduction_stage(rb, eb, source(eb), kind)})
 

@@ -1,14 +1,14 @@
 """fuse_reductions: a reduction over the last dim, with the elementwise ops around it, becomes one kernel.
 
 Rule: each anchor, `_softmax`, `_log_softmax`, `native_layer_norm` (one normalised dim), `sum.dim_IntList`,
-`mean.dim` or `amax` over the last dim only (keepdim either way), becomes a `ReductionKernel` together with
+`mean.dim`, `amax` or `var.correction` over the last dim only (keepdim either way), becomes a `ReductionKernel` together with
 - its prologue: the elementwise producers of its input, of the same shape, whose users are all in the
   kernel (a mask add, a scale, a residual add); they are recomputed in every pass over the row;
 - its epilogue: consumers of its results, in graph order. Row-level ones (a row value's shape, no tensor
   operands of their own: rmsnorm's add eps and rsqrt) join the latest statistic; element-level ones (the
   row shape: weight, bias, activation, residual, rmsnorm's mul x) join the final program, loading their
   other operands broadcast to the rows (a row value used there must keep its dim); a further sum / mean /
-  amax over the last dim of an element-level value becomes one more pass over the row, so a layernorm or
+  amax / var over the last dim of an element-level value becomes one more pass over the row, so a layernorm or
   softmax written out by hand (mean, then mean of squared deviations; amax, exp, sum) is one kernel too.
 Nodes used outside the kernel become its outputs. An operand that depends on the kernel's own results is
 never loaded (that would need a cycle). LLaMA's rmsnorm, pow -> mean.dim -> add -> rsqrt -> mul -> mul,
@@ -35,7 +35,7 @@ import torch.fx as fx
 from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
 from torchfuser.ir.program import ProgramBuilder
 from torchfuser.ir.reduction import (
-    RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template,
+    RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template, variance_row,
 )
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.reduction_launch import ReductionKernel
@@ -49,7 +49,9 @@ KINDS = {
     aten.sum.dim_IntList: "sum",
     aten.mean.dim: "mean",
     aten.amax.default: "amax",
+    aten.var.correction: "var",
 }
+ROW_STATISTICS = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.var.correction)
 REDUCTION_OPS = frozenset(KINDS)
 
 
@@ -230,7 +232,7 @@ def _epilogue_level(m: _Match, node: fx.Node, members: set) -> str | None:
     if meta is None or not meta.is_contiguous():
         return None
     shape, inputs = tuple(meta.shape), node.all_input_nodes
-    if node.target in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default):
+    if node.target in ROW_STATISTICS:
         reduced = node.args[0]
         ok = unfused_reason(node) is None and m.is_element_level(reduced) and len(inputs) == 1
         return "reduce" if ok and tuple(tensor_meta(reduced).shape) == m.shape else None
@@ -244,6 +246,12 @@ def _epilogue_level(m: _Match, node: fx.Node, members: set) -> str | None:
     if shape in m.row_shapes and all(m.is_row_level(i) and tuple(tensor_meta(i).shape) == shape for i in inputs):
         return "row"
     return None
+
+
+def _correction(node: fx.Node) -> float:
+    """var's divisor is n - correction; no correction given means 1 (Bessel)."""
+    correction = node.kwargs.get("correction")
+    return 1.0 if correction is None else float(correction)
 
 
 def _used_outside(m: _Match, node: fx.Node) -> bool:
@@ -280,7 +288,7 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
         weight, bias = (load_ids.get(a) if isinstance(a, fx.Node) else None for a in m.anchor.args[2:4])
         anchor_values = layer_norm_template(rb, source, float(m.anchor.args[4]), weight, bias)
     else:
-        anchor_values = reduce_template(rb, source, m.kind)
+        anchor_values = reduce_template(rb, source, m.kind, _correction(m.anchor))
     row_index = {}  # row-level node -> its row value
     for node, result in m.results.items():
         if result[0] == "row":
@@ -306,9 +314,13 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
             values = {n: rb.row_in_finish(r) for n, r in row_index.items()}
             row_index[node] = rb.add_row(Lowerer(rb.finish, values).lower(node))
         elif m.level[node] == "reduce":
-            builder = rb.element()
-            value = element_value(builder, {}, node.args[0])
-            row_index[node] = reduction_stage(rb, builder, value, KINDS[node.target])
+            reduced = node.args[0]
+            if KINDS[node.target] == "var":
+                row_index[node] = variance_row(rb, lambda b: element_value(b, {}, reduced), _correction(node))
+            else:
+                builder = rb.element()
+                value = element_value(builder, {}, reduced)
+                row_index[node] = reduction_stage(rb, builder, value, KINDS[node.target])
 
     final = rb.final()
     memo: dict = {}
