@@ -126,19 +126,21 @@ def test_strided_q_k_v_from_a_fused_projection():
     actual = compiled(sdpa, q, k, v)
     assert_close(actual, expected)
     assert actual.stride() == expected.stride()  # SDPA's output follows q's layout
-    assert torchfuser.last_report().fallbacks == [] and len(torchfuser.last_report().kernels) == 1
+    assert torchfuser.last_report().fallbacks == []
+    assert [k.kind for k in torchfuser.last_report().kernels] == ["attention"]
 
 
 def test_head_dim_not_contiguous():
     """A head dim with stride 9: the written-out pattern reads it as it is (aot's clones are skipped).
-    (SDPA itself takes its math path for such inputs, which is decomposed before the passes.)"""
+    Such a k is contiguous along the keys: the CPU schedule scores 16 keys per vector FMA ("keys", 4 rows
+    per work-item). (SDPA itself takes its math path for such inputs, decomposed before the passes.)"""
 
     def explicit(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
 
     q, k, v = (torch.randn(2, 3, 32, 9).transpose(-1, -2) for _ in range(3))
     assert_close(compiled(explicit, q, k, v), explicit(q, k, v))
-    assert "layouts=strided,strided,strided,contig" in attention_kernels()[0].spec
+    assert "layouts=strided,keys,strided,contig" in attention_kernels()[0].spec
 
 
 class Gpt2Attention(nn.Module):
@@ -249,7 +251,7 @@ def test_several_query_rows_per_work_item(rows, monkeypatch):
     """The CPU schedule can give a work-item several query rows (a tail tile recomputes the last row)."""
     from torchfuser.runtime import attention_launch
 
-    monkeypatch.setattr(attention_launch, "cpu_rows_per_item", lambda head_dim: rows)
+    monkeypatch.setattr(attention_launch, "cpu_rows_per_item", lambda keys_contiguous: rows)
     q, k, v = torch.randn(2, 3, 13, 48), torch.randn(2, 3, 21, 48), torch.randn(2, 3, 21, 48)
     mask = torch.randn(2, 1, 13, 21)
     mask[1, 0, 4] = -INF
@@ -258,3 +260,16 @@ def test_several_query_rows_per_work_item(rows, monkeypatch):
     causal = lambda q, k, v: sdpa(q, k, v, causal=True)  # noqa: E731
     assert_close(compiled(causal, q, k, v), causal(q, k, v))
     assert all(f"rows={rows}" in kernel.spec for kernel in attention_kernels())
+
+
+@pytest.mark.parametrize("keys", [37, 16, 5])
+def test_keys_contiguous_k_with_masks_gqa_and_partial_blocks(keys):
+    """k contiguous along the keys (kᵀ materialised): the "keys" CPU layout, 4 rows per work-item, vector
+    loads for full 16-key blocks and a clamped gather for the last one; through LLaMA's repeat_kv."""
+    q, v = torch.randn(2, 4, 11, 64), torch.randn(2, 2, keys, 64)
+    k = torch.randn(2, 2, 64, keys).transpose(-1, -2)
+    mask = torch.randn(2, 1, 11, keys)
+    mask[0, 0, 5] = -INF  # a fully masked row: NaN, as eager's softmax gives
+    assert_close(compiled(llama_attention, q, k, v, mask), llama_attention(q, k, v, mask))
+    (kernel,) = attention_kernels()
+    assert "layouts=contig,keys,contig,contig" in kernel.spec and "rows=4" in kernel.spec

@@ -150,16 +150,10 @@ def _chunk_load(name: str, base: str, chunk: int, head_dim: int, contiguous: boo
     return f"(float16)({', '.join(lanes)})"
 
 
-def _vector_body(spec: AttentionSpec) -> str:
+def _lane_sum_dots(spec: AttentionSpec, chunks: int, k_contig: bool) -> list[str]:
+    """Key by key: its row of k loaded once, one dot product per query row, summed across the lanes."""
     idx, d, rows = spec.index_type, spec.head_dim, spec.rows_per_item
-    chunks = -(-d // 16)
-    q_contig, k_contig, v_contig, o_contig = (layout == "contig" for layout in spec.layouts)
-    setup = []
-    for r in range(rows):
-        setup += [f"const float16 q{r}_{c} = {_chunk_load('Q', f'qbase{r}', c, d, q_contig)};" for c in range(chunks)]
-        setup += [f"float16 acc{r}_{c} = (float16)(0.0f);" for c in range(chunks)]
-        setup.append(f"float m{r} = -INFINITY, l{r} = 0.0f;")
-    dots = []  # key by key: its row of k loaded once, one dot product per query row, summed across lanes
+    dots = []
     for j in range(KEY_BLOCK):
         dots.append(f"const {idx} kr{j} = kbase + min(s0 + {j}, s_end - 1) * sKr;")
         dots += [f"const float16 k{j}_{c} = {_chunk_load('K', f'kr{j}', c, d, k_contig)};" for c in range(chunks)]
@@ -168,6 +162,31 @@ def _vector_body(spec: AttentionSpec) -> str:
             for c in range(1, chunks):
                 expr = f"fma(q{r}_{c}, k{j}_{c}, {expr})"
             dots.append(f"const float dot{r}_{j} = tf_hsum16({expr});")
+    return dots
+
+
+def _vector_body(spec: AttentionSpec) -> str:
+    idx, d, rows = spec.index_type, spec.head_dim, spec.rows_per_item
+    chunks = -(-d // 16)
+    q_contig, k_contig, v_contig, o_contig = (layout == "contig" for layout in spec.layouts)
+    panel = spec.layouts[1] == "keys"
+    setup = []
+    for r in range(rows):
+        if not panel:
+            setup += [f"const float16 q{r}_{c} = {_chunk_load('Q', f'qbase{r}', c, d, q_contig)};" for c in range(chunks)]
+        setup += [f"float16 acc{r}_{c} = (float16)(0.0f);" for c in range(chunks)]
+        setup.append(f"float m{r} = -INFINITY, l{r} = 0.0f;")
+    if panel:  # row i of kᵀ holds element i of consecutive keys: 16 scores per vector FMA, no lane sums
+        dots = [f"float16 panel_dot{r} = (float16)(0.0f);" for r in range(rows)]
+        fmas = " ".join(f"panel_dot{r} = fma((float16)(Q[qbase{r} + i * sQd]), kt, panel_dot{r});" for r in range(rows))
+        gather = ", ".join(f"K[kbase + i * sKd + min(s0 + {j}, S - 1)]" for j in range(KEY_BLOCK))
+        dots.append(f"if (s0 + {KEY_BLOCK} <= S) {{")
+        dots.append(f"  for (int i = 0; i < {d}; ++i) {{ const float16 kt = vload16(0, K + kbase + i * sKd + s0); {fmas} }}")
+        dots.append("} else {  /* the last, partial block: clamp instead of reading past the keys */")
+        dots.append(f"  for (int i = 0; i < {d}; ++i) {{ const float16 kt = (float16)({gather}); {fmas} }}")
+        dots.append("}")
+    else:
+        dots = _lane_sum_dots(spec, chunks, k_contig)
     per_row = []
     for r in range(rows):
         score_lines, score = _score_statements(spec, "raw[j]", "s0 + j", r)
@@ -175,7 +194,7 @@ def _vector_body(spec: AttentionSpec) -> str:
         rescale = " ".join(f"acc{r}_{c} *= corr;" for c in range(chunks))
         per_row.append(f"""{{  /* row {r}: scores of this block, then the online softmax update */
       const int n_keys = (int)clamp(s_end{r} - s0, ({idx})0, ({idx}){KEY_BLOCK});
-      const float16 scores = (float16)({', '.join(f'dot{r}_{j}' for j in range(KEY_BLOCK))});
+      const float16 scores = {_block_scores(panel, r)};
       float16 block;
       {_vector_score(spec, r)}{{  /* a partial block (or a score program with other types): key by key */
         float raw[{KEY_BLOCK}], sc[{KEY_BLOCK}];
@@ -232,6 +251,10 @@ def _vector_body(spec: AttentionSpec) -> str:
     }}
   }}
   {nl2.join(finish)}"""
+
+
+def _block_scores(panel: bool, row: int) -> str:
+    return f"panel_dot{row}" if panel else "(float16)(" + ", ".join(f"dot{row}_{j}" for j in range(KEY_BLOCK)) + ")"
 
 
 def _vector_score(spec: AttentionSpec, row: int) -> str:

@@ -161,7 +161,9 @@ class ReductionSpec:
 # neighbouring work-items read the same key row at once.
 ATTENTION_CPU = "row_vector"
 ATTENTION_GPU = "row_scalar"
-ATTENTION_LAYOUTS = ("contig", "strided")  # along the head dim: stride 1 (vector loads) or any other
+# along the head dim: stride 1 (vector loads) or any other; "keys" (k only): stride 1 along the keys (kᵀ
+# contiguous), so the CPU schedule gets 16 keys' scores as one vector FMA per head-dim element
+ATTENTION_LAYOUTS = ("contig", "strided", "keys")
 MASK_LAYOUTS = ("contig", "bcast", "strided")  # a mask along the keys: stride 1, stride 0, any other
 
 
