@@ -47,6 +47,8 @@ def publish(report: CompileReport) -> None:
     _Session.last_log.update(
         gemm_epilogue=stats.get("fuse_gemm_epilogue", {}).get("gemm_epilogue", 0),
         pointwise_groups=stats.get("fuse_pointwise", {}).get("pointwise_groups", 0),
+        reductions=stats.get("fuse_reductions", {}).get("reductions", 0),
+        attention=stats.get("fuse_attention", {}).get("attention", 0),
         kernels=len(report.kernels),
         fallbacks=len(report.fallbacks),
     )

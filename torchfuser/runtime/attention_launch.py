@@ -20,7 +20,6 @@ from torchfuser.runtime.launch import INT32_MAX, FusedKernel, Launch, _contiguou
 
 
 class AttentionLaunch(Launch):
-    local_size: tuple | None = None  # the work-group size this launch is shaped for (any size is correct)
     strides: list = []  # per input: its 4 strides (0 along broadcast dims)
 
     def arguments(self, in_buffers, in_offsets, out_buffers):

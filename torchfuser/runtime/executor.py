@@ -100,7 +100,8 @@ class _Call:
             built.kernel.set_args(*arguments)
             import pyopencl as cl
 
-            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, built.kernel, launch.global_size, None)
+            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, built.kernel, launch.global_size,
+                                               launch.local_size)
             self.events.append((label or target.__name__, event))
             self.alive.append((inputs, in_buffers, out_buffers))
             for o, buffer in zip(outs, out_buffers):

@@ -158,14 +158,15 @@ class GemmKernel(FusedKernel):
         layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
         spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
                         variant.schedule, layouts)
-        panels = (n + spec.tile_n - 1) // spec.tile_n
-        grid = (panels, (m + spec.tile_m - 1) // spec.tile_m, batch)
+        panels, row_blocks = -(-n // spec.tile_n), -(-m // spec.tile_m)
+        rows_per_group = 4 if row_blocks % 4 == 0 else 1  # groups of a few row blocks share a B panel
+        grid = (panels, row_blocks, batch)
         a_strides = _mnb(a.stride(), a.dim())
         b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
         out = (out_shape, tuple(torch.empty(out_shape, device="meta").stride()),
                TORCH_DTYPES[self.epilogue.output_dtypes[0]])
         launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
-                            empty=batch * m * n == 0)
+                            empty=batch * m * n == 0, local_size=(1, rows_per_group, 1))
         launch.packer = self.packer
         return launch
 

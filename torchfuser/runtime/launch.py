@@ -22,6 +22,7 @@ from torchfuser.ir.specs import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, Pointw
 
 INT32_MAX = 2**31 - 1
 VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
+POINTWISE_GROUP = 16  # work-items per group: 256 float32 elements on the vector path
 
 
 @dataclass
@@ -31,6 +32,9 @@ class Launch:
     outputs: list[tuple[tuple, tuple, torch.dtype]]  # (shape, stride, dtype) of each fresh output
     scalars: list = field(default_factory=list)  # trailing scalar kernel arguments
     empty: bool = False  # nothing to compute (zero-size): outputs are allocated, no launch
+    # Work-group size. Left to PoCL it picks groups of up to 4096 items, and a launch of one group
+    # leaves all but one CPU thread idle: the kernels choose small groups (global sizes are padded).
+    local_size: tuple | None = None
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.
@@ -134,7 +138,9 @@ class PointwiseKernel(FusedKernel):
         out_stride = _strides_in_order(shape, self.order)
         outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in self.program.output_dtypes]
         items = spec.elements_per_item
-        return PointwiseLaunch(spec, ((numel + items - 1) // items,), outputs, scalars, empty=numel == 0)
+        groups = -(-numel // (items * POINTWISE_GROUP))
+        return PointwiseLaunch(spec, (groups * POINTWISE_GROUP,), outputs, scalars, empty=numel == 0,
+                               local_size=(POINTWISE_GROUP,))
 
 
 def broadcast_strides(shape, t) -> list[int]:

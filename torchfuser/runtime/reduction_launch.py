@@ -24,7 +24,6 @@ GROUP_SIZES = (32, 256)  # a work-group per row: at least a warp, at most what m
 
 
 class ReductionLaunch(Launch):
-    local_size: tuple | None = None  # the work-group size this launch is shaped for (any size is correct)
     load_strides: list = []  # per load: (outer strides, column stride)
 
     def arguments(self, in_buffers, in_offsets, out_buffers):
