@@ -33,7 +33,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m torchfuser demo
 
+# The view's unit tests (vitest, in labextension/), then everything else, browser tests included (pytest).
 test: setup
+	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
 	$(PY) -m pytest -q
 
 bench: setup
