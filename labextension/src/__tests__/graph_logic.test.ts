@@ -4,7 +4,7 @@ import { dotQuote, nodeFillColors, parseAttributeList, tunedForSize, withGraphAt
 import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from '../view/graph_index';
 import { normalizeBundle, type Graph } from '../view/schema';
 import { matchNodes } from '../view/search';
-import { loadFixture } from './helpers';
+import { loadFixture } from './fixtures';
 
 const report = normalizeBundle(loadFixture('mlp_bundle.json')).reports[0];
 const gemmPass = report.passes[0];

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ReportRenderer, WIDGET_VIEW_MIME_TYPE } from '../lab_renderer';
 import { setLayoutEngine } from '../view/layout_engine';
 import { REPORT_MIME_TYPE } from '../view/schema';
-import { loadFixture, stubGraphviz } from './helpers';
+import { loadFixture, stubGraphviz } from './fixtures';
 
 type Behaviour = 'draws' | 'fails' | 'hangs';
 

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { ExplorerView } from '../view/explorer_view';
 import { getLayoutEngine } from '../view/layout_engine';
-import { loadFixture } from './helpers';
+import { loadFixture } from './fixtures';
 
 afterEach(() => {
   document.body.innerHTML = '';

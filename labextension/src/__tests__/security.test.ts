@@ -8,7 +8,7 @@ import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
 import { highlightOpenCL, tokenizeOpenCL } from '../view/opencl_highlight';
 import { parseSafeSvg } from '../view/safe_svg';
-import { loadFixture, stubGraphviz } from './helpers';
+import { loadFixture, stubGraphviz } from './fixtures';
 
 const HOSTILE = '<img src=x onerror="window.__x=1">';
 

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ExplorerView, type ViewHost } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
-import { loadFixture, stubGraphviz } from './helpers';
+import { loadFixture, stubGraphviz } from './fixtures';
 
 async function mount(fixture = 'mlp_bundle.json', host: ViewHost = { interactive: true }) {
   const view = new ExplorerView(host);

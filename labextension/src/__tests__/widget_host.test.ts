@@ -4,7 +4,7 @@ import { setLayoutEngine } from '../view/layout_engine';
 import widget, { type AnyWidgetModel } from '../widget';
 
 const render = widget.render;
-import { loadFixture, stubGraphviz } from './helpers';
+import { loadFixture, stubGraphviz } from './fixtures';
 
 class FakeModel implements AnyWidgetModel {
   values: Record<string, unknown>;

@@ -1,5 +1,5 @@
 /**
- * Test helpers: fixtures, and a Graphviz stand-in that turns each DOT node
+ * Test fixtures: report files, and a Graphviz stand-in that turns each DOT node
  * statement into the SVG shape Graphviz emits (g.node with id, class, title),
  * so view wiring is tested without WebAssembly.
  */
