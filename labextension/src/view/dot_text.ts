@@ -34,10 +34,8 @@ export function parseAttributeList(body: string): Map<string, string> {
   return attrs;
 }
 
-/** Every attribute list in the DOT text, skipping brackets inside quoted strings. */
-export function attributeLists(dot: string): string[] {
-  const lists: string[] = [];
-  let start = -1;
+/** Indices of the characters of `dot` outside quoted strings (escaped characters inside them skipped). */
+function* unquotedIndices(dot: string): Generator<number> {
   let inString = false;
   for (let i = 0; i < dot.length; i++) {
     const ch = dot[i];
@@ -49,9 +47,20 @@ export function attributeLists(dot: string): string[] {
       }
     } else if (ch === '"') {
       inString = true;
-    } else if (ch === '[' && start < 0) {
+    } else {
+      yield i;
+    }
+  }
+}
+
+/** Every attribute list in the DOT text, skipping brackets inside quoted strings. */
+export function attributeLists(dot: string): string[] {
+  const lists: string[] = [];
+  let start = -1;
+  for (const i of unquotedIndices(dot)) {
+    if (dot[i] === '[' && start < 0) {
       start = i + 1;
-    } else if (ch === ']' && start >= 0) {
+    } else if (dot[i] === ']' && start >= 0) {
       lists.push(dot.slice(start, i));
       start = -1;
     }
@@ -84,18 +93,8 @@ const SIZE_SETTINGS: [number, string][] = [
 
 /** Inserts graph attributes right after the opening brace (the compiler's own settings, later, still win). */
 export function withGraphAttributes(dot: string, statements: string): string {
-  let inString = false;
-  for (let i = 0; i < dot.length; i++) {
-    const ch = dot[i];
-    if (inString) {
-      if (ch === '\\') {
-        i++;
-      } else if (ch === '"') {
-        inString = false;
-      }
-    } else if (ch === '"') {
-      inString = true;
-    } else if (ch === '{') {
+  for (const i of unquotedIndices(dot)) {
+    if (dot[i] === '{') {
       return `${dot.slice(0, i + 1)} ${statements}${dot.slice(i + 1)}`;
     }
   }
