@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import torchfuser
+from torchfuser.bench_blocks import BLOCKS, block_row, format_blocks, hf_available
 from torchfuser.bench_gemm import fma_ceiling, format_gemm, format_mlp, gemm_rows, mlp_row
 from torchfuser.timing import interleaved_medians
 
@@ -88,7 +89,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", default="1M,16M", help=f"comma-separated, among {','.join(SIZES)}")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds per measurement")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile's default backend")
-    parser.add_argument("--only", default="pointwise,gemm,mlp", help="sections to run: pointwise, gemm, mlp")
+    parser.add_argument("--only", default="pointwise,gemm,mlp,gpt2,llama",
+                        help="sections to run: pointwise, gemm, mlp, gpt2 (HF GPT2Block), llama (HF LlamaDecoderLayer)")
     args = parser.parse_args(argv)
     sections = {s.strip() for s in args.only.split(",")}
     sizes = [SIZES[s.strip()] for s in args.sizes.split(",")]
@@ -114,6 +116,11 @@ def main(argv=None) -> int:
         print(format_gemm(gemm_rows(args.repeats), fma_ceiling()) + "\n")
     if "mlp" in sections:
         print(format_mlp(mlp_row(args.repeats, not args.no_inductor)))
+    blocks = [name for name in BLOCKS if name in sections]
+    if blocks and not hf_available():
+        print(f"\n{', '.join(blocks)}: skipped, they need Hugging Face transformers (pip install 'torchfuser[hf]')")
+    elif blocks:
+        print("\n" + format_blocks([block_row(name, args.repeats, not args.no_inductor) for name in blocks]))
     return 0
 
 
