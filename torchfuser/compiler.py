@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
+from torchfuser.ir.region import index_op_problem
 from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
 from torchfuser.passes.fuse_attention import ATTENTION_OPS
@@ -203,4 +204,8 @@ def _fallback_reason(node: fx.Node, disabled) -> str:
             return "fuse_pointwise is disabled"
         problem = lowering_problem(node)
         return f"elementwise, but not lowerable: {problem}" if problem else "elementwise, left unfused"
+    if node.target is aten.cat.default:
+        if "fuse_pointwise" in disabled:
+            return "fuse_pointwise is disabled"
+        return f"concatenation, not fused: {index_op_problem(node) or 'left unfused'}"
     return "no OpenCL kernel for this op yet: runs in PyTorch"

@@ -3,7 +3,9 @@
 Scalar path: each work-item computes `items_per_thread` consecutive elements of the (collapsed,
 output-ordered) iteration space; contiguous inputs index with the linear index, scalar inputs are loaded
 once, row/column broadcasts (a bias, a per-row scale) take i % rowlen or i / rowlen, strided inputs
-decompose the index into coordinates.
+decompose the index into coordinates. A program that indexes the last dim (a cat or slice along it, see
+ir/region.py) computes jlast, the output's last-dim coordinate, and reads remapped inputs at their clamped
+last-dim position times that input's last-dim stride, on top of its other dims.
 Vector path (all inputs contiguous or scalar, one floating type): each work-item loads, computes and
 stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
 scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
@@ -12,6 +14,7 @@ scalar code. PoCL does not vectorise the transcendental ops of the scalar path: 
 from __future__ import annotations
 
 from torchfuser.codegen.pointwise_ops import C_TYPES, vector_type
+from torchfuser.codegen.pointwise_rows import rows_source
 from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements
 from torchfuser.ir.specs import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseSpec
 
@@ -28,6 +31,9 @@ def _parameters(spec: PointwiseSpec) -> list[str]:
     if strided:
         params += [f"const {idx} size{d}" for d in range(spec.ndim)]
         params += [f"const {idx} st{i}_{d}" for i in strided for d in range(spec.ndim)]
+    if program.indexes_last_dim:
+        params += [f"const {idx} lastinner", f"const {idx} lastsize"]
+        params += [f"const {idx} lst{i}" for i in range(program.n_inputs) if program.read_of(i)]
     return params
 
 
@@ -46,9 +52,13 @@ def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
             index = f"off{i} + i / rowlen"
         else:
             index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
+        if program.read_of(i):
+            index += f" + {_last_position(program.read_of(i), idx)} * lst{i}"
         loads.append(f"const {C_TYPES[dtype]} x{i} = in{i}[{index}];")
     strided = STRIDED in spec.layouts
     coords = _coordinate_lines(spec.ndim, idx) if strided else []
+    if program.indexes_last_dim:
+        coords.append(f"const {idx} jlast = (i / lastinner) % lastsize;")
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)])
     stores = [f"out{j}[i] = {name};" for j, name in enumerate(outputs)]
     inner = "\n    ".join(coords + loads + body + stores)
@@ -72,6 +82,8 @@ def _vector_block(spec: PointwiseSpec) -> list[str]:
 
 
 def pointwise_source(spec: PointwiseSpec) -> str:
+    if spec.row_length:
+        return rows_source(spec)
     idx, per_item = spec.index_type, spec.elements_per_item
     params = (",\n    ").join(_parameters(spec))
     if spec.vector_width > 1:
@@ -104,3 +116,10 @@ def _coordinate_lines(ndim: int, idx: str) -> list[str]:
         lines.append(f"const {idx} c{d} = rem % size{d}; rem /= size{d};")
     lines.append("const " + idx + " c0 = rem;")
     return lines
+
+
+def _last_position(read, idx: str) -> str:
+    """Clamped into the input (lanes a cat does not select still load in bounds)."""
+    if read.step == 0:
+        return f"(({idx}){min(max(read.offset, 0), read.size - 1)})"
+    return f"min(max(({idx})({read.offset}) + ({idx}){read.step} * jlast, ({idx})0), ({idx}){read.size - 1})"

@@ -90,6 +90,8 @@ OPS: dict[str, OpDef] = {
     "bitwise_or": _op(2, {"f": "", "i": "({a} | {b})"}, torch.bitwise_or),
     "bitwise_xor": _op(2, {"f": "", "i": "({a} ^ {b})"}, torch.bitwise_xor),
     "cast": _op(1, "(({T})({a}))", None),  # interpreted by dtype, see program_interpreter
+    # the output's coordinate along its last dim (pointwise kernels define jlast); interpreted by shape
+    "last_index": _op(0, "(({T})jlast)", None),
 }
 
 # Helpers referenced by the templates, emitted once per kernel for each C type it uses (TYPE is the scalar

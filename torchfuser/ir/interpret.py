@@ -8,14 +8,20 @@ from torchfuser.codegen.pointwise_ops import OPS, TORCH_DTYPES
 from torchfuser.ir.program import Const, Program
 
 
-def run_program(program: Program, inputs) -> list[torch.Tensor]:
+def run_program(program: Program, inputs, out_shape=None) -> list[torch.Tensor]:
+    """`out_shape` (the kernel's output shape) is needed only by programs that index the last dim."""
     if len(inputs) != program.n_inputs:
         raise ValueError(f"program takes {program.n_inputs} inputs, got {len(inputs)}")
-    values = list(inputs)
+    if program.indexes_last_dim and not out_shape:
+        raise ValueError("this program indexes the last dim: give the output shape")
+    width = out_shape[-1] if out_shape else 0
+    values = [_read(t, program.read_of(i), width) for i, t in enumerate(inputs)]
     for ins in program.instrs:
         args = [a.value if isinstance(a, Const) else values[a] for a in ins.args]
         dtype = TORCH_DTYPES[ins.dtype]
-        if ins.op == "cast":
+        if ins.op == "last_index":
+            result = torch.arange(width, dtype=dtype)
+        elif ins.op == "cast":
             result = torch.as_tensor(args[0]).to(dtype)
         elif ins.op == "where":
             cond, a, b = args
@@ -24,3 +30,11 @@ def run_program(program: Program, inputs) -> list[torch.Tensor]:
             result = OPS[ins.op].torch_fn(*args)
         values.append(torch.as_tensor(result).to(dtype))
     return [values[v] for v in program.outputs]
+
+
+def _read(t, read, width: int):
+    """t gathered along its last dim as the kernel reads it: position clamp(offset + step * j) for each j."""
+    if read is None:
+        return t
+    positions = (read.offset + read.step * torch.arange(width)).clamp(0, read.size - 1)
+    return t.index_select(-1, positions)

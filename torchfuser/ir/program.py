@@ -8,6 +8,10 @@ arithmetic op already has the op's dtype, and both operands of a comparison shar
 Everything is frozen and hashable, so a program is part of a kernel spec and of its cache key. Float
 constants are kept as Python floats and printed as hex floats (``0x1.999999999999ap-4``), INFINITY or
 NAN: never rounded text.
+
+Pointwise kernels may also read an input at a remapped position along the last dim (`LastDimRead`) and
+use the output's coordinate along the last dim (op ``last_index``): that is how slices and concatenations
+along the last dim join a fused region (see passes/fuse_pointwise.py).
 """
 
 from __future__ import annotations
@@ -46,6 +50,26 @@ class Const:
 
 
 @dataclass(frozen=True)
+class LastDimRead:
+    """Read an input at position ``offset + step * j`` of its last dim, j the output's last-dim coordinate.
+
+    The position is clamped into [0, size): lanes that a concatenation does not select still load in bounds
+    (their values are discarded), so no load ever leaves the input.
+    """
+
+    offset: int
+    step: int
+    size: int  # the input's extent along its last dim
+
+    def __post_init__(self):
+        if self.step < 0 or self.size < 1:
+            raise ValueError("a last-dim read needs step >= 0 and size >= 1")
+
+    def text(self) -> str:
+        return f"@last[{self.offset}+{self.step}*j;n={self.size}]"
+
+
+@dataclass(frozen=True)
 class Instr:
     op: str
     args: tuple  # of int (value ids) and Const
@@ -57,10 +81,20 @@ class Program:
     input_dtypes: tuple[str, ...]
     instrs: tuple[Instr, ...]
     outputs: tuple[int, ...]
+    # () when every input is read at the element; else one per input: None or a LastDimRead
+    input_reads: tuple = ()
 
     @property
     def n_inputs(self) -> int:
         return len(self.input_dtypes)
+
+    @property
+    def indexes_last_dim(self) -> bool:
+        """The kernel needs the output's last-dim coordinate (remapped reads or a last_index op)."""
+        return any(self.input_reads) or any(ins.op == "last_index" for ins in self.instrs)
+
+    def read_of(self, i: int):
+        return self.input_reads[i] if self.input_reads else None
 
     def dtype_of(self, value: int) -> str:
         if value < self.n_inputs:
@@ -73,7 +107,8 @@ class Program:
 
     def text(self) -> str:
         """One line per instruction; `parse_program` reads it back exactly."""
-        lines = [f"in {', '.join(f'v{i}:{d}' for i, d in enumerate(self.input_dtypes))}"]
+        decls = (f"v{i}:{d}{r.text() if (r := self.read_of(i)) else ''}" for i, d in enumerate(self.input_dtypes))
+        lines = [f"in {', '.join(decls)}"]
         for i, ins in enumerate(self.instrs, start=self.n_inputs):
             args = ", ".join(_arg_text(a) for a in ins.args)
             lines.append(f"v{i}:{ins.dtype} = {ins.op}({args})")
@@ -92,15 +127,17 @@ def _arg_text(arg) -> str:
 class ProgramBuilder:
     """Appends instructions; hands out value ids; deduplicates identical instructions (CSE)."""
 
-    def __init__(self, input_dtypes=()):
+    def __init__(self, input_dtypes=(), input_reads=()):
         self.input_dtypes = list(input_dtypes)
+        self.input_reads = list(input_reads) or [None] * len(self.input_dtypes)
         self.instrs: list[Instr] = []
         self._seen: dict[Instr, int] = {}
 
-    def add_input(self, dtype: str) -> int:
+    def add_input(self, dtype: str, read: LastDimRead | None = None) -> int:
         if self.instrs:
             raise RuntimeError("inputs must be added before instructions")
         self.input_dtypes.append(dtype)
+        self.input_reads.append(read)
         return len(self.input_dtypes) - 1
 
     def dtype_of(self, value) -> str:
@@ -127,7 +164,8 @@ class ProgramBuilder:
         return self.emit("cast", (value,), dtype)
 
     def build(self, outputs) -> Program:
-        return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs))
+        reads = tuple(self.input_reads) if any(self.input_reads) else ()
+        return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs), reads)
 
 
 def _convert_scalar(value, dtype: str):
@@ -139,6 +177,7 @@ def _convert_scalar(value, dtype: str):
 
 
 _LINE = re.compile(r"v(\d+):(\w+) = (\w+)\((.*)\)$")
+_INPUT = re.compile(r"v(\d+):(\w+)(?:@last\[(-?\d+)\+(\d+)\*j;n=(\d+)\])?$")
 
 
 def parse_program(text: str) -> Program:
@@ -146,13 +185,14 @@ def parse_program(text: str) -> Program:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if len(lines) < 2 or not lines[0].startswith("in ") or not lines[-1].startswith("out "):
         raise ValueError("a program starts with 'in v0:float32, ...' and ends with 'out vN, ...'")
-    inputs = []
+    inputs, reads = [], []
     for i, item in enumerate(lines[0][3:].split(",")):
-        name, _, dtype = item.strip().partition(":")
-        if name != f"v{i}" or dtype not in DTYPES:
+        m = _INPUT.match(item.strip())
+        if not m or m.group(1) != str(i) or m.group(2) not in DTYPES:
             raise ValueError(f"bad input declaration {item.strip()!r}: expected v{i}:<dtype>")
-        inputs.append(dtype)
-    builder = ProgramBuilder(inputs)
+        inputs.append(m.group(2))
+        reads.append(LastDimRead(*map(int, m.group(3, 4, 5))) if m.group(3) else None)
+    builder = ProgramBuilder(inputs, reads)
     for line in lines[1:-1]:
         m = _LINE.match(line)
         if not m:
@@ -193,6 +233,8 @@ def validate_program(program: Program) -> None:
         for a in ins.args:
             if not isinstance(a, Const) and not 0 <= a < i:
                 raise ValueError(f"v{i}: operand v{a} is not defined before use")
+    if program.input_reads and len(program.input_reads) != program.n_inputs:
+        raise ValueError("input_reads: one entry per input (or none at all)")
     for v in program.outputs:
         if not 0 <= v < program.n_inputs + len(program.instrs):
             raise ValueError(f"output v{v} is not defined")

@@ -33,6 +33,10 @@ class PointwiseSpec:
     index_type: str = "int"  # "int" or "long": long when sizes or offsets need 64 bits
     items_per_thread: int = 16  # scalar path: consecutive elements per work-item
     vector_width: int = 1  # > 1: the contiguous fast path, one OpenCL vector per work-item
+    # > 0: the row schedule (codegen/pointwise_rows.py) for programs that index the last dim: one row of
+    # this many elements along the output's last dim per work-item; layouts and ndim then describe the
+    # outer dims (SCALAR or STRIDED) and every input also gets its last-dim stride
+    row_length: int = 0
 
     kind = "pointwise"
 
@@ -43,8 +47,10 @@ class PointwiseSpec:
             raise ValueError(f"layouts must be among {LAYOUTS}")
         if self.index_type not in ("int", "long"):
             raise ValueError("index_type is 'int' or 'long'")
-        if self.vector_width > 1 and STRIDED in self.layouts:
-            raise ValueError("the vector path needs contiguous or scalar inputs")
+        if self.vector_width > 1 and (STRIDED in self.layouts or self.program.indexes_last_dim):
+            raise ValueError("the vector path needs contiguous or scalar inputs read at the element")
+        if self.row_length and (self.vector_width > 1 or set(self.layouts) - {SCALAR, STRIDED}):
+            raise ValueError("the row schedule takes scalar or strided outer layouts, no vectors")
 
     @property
     def elements_per_item(self) -> int:
@@ -53,7 +59,8 @@ class PointwiseSpec:
     def key_text(self) -> str:
         return (
             f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
-            f"items={self.items_per_thread} vector={self.vector_width}\n{self.program.text()}"
+            f"items={self.items_per_thread} vector={self.vector_width}"
+            f"{f' rows={self.row_length}' if self.row_length else ''}\n{self.program.text()}"
         )
 
     @property

@@ -6,22 +6,35 @@ group stays convex (no path leaves the group and comes back, which would need a 
 becomes one `PointwiseKernel` node computing an SSA program; values used outside the group are its
 outputs. A single elementwise op is a group too: it still saves eager's allocation and dispatch.
 
+Concatenations and slices along the last dim join too (ir/region.py lowers them as index remaps): a
+`cat(..., dim=-1)` is a member, and it or an elementwise node reaching a group through last-dim slices
+(`x[..., a:b]` of a member) merges that group, the slices included, when the shapes agree outside the last
+dim. A slice of a value from outside stays a view the kernel reads; a slice is never a group by itself.
+Every output of a group must have the group's shape: a member of another shape used outside its group is
+pinned (it may only join groups of its own shape) and the grouping runs again, until none is left.
+
 Preconditions: core-ATen graph with `meta["val"]` on every node; dtypes among bool, int32, int64,
 float32, float64. Broadcast inputs, strided inputs and scalars are the kernel's business (launch.py).
 
     before:  s = sigmoid(x); m = mul(x, s); y = mul(m, w); z = add(y, 1.5); return z
     after:   z = tf_pointwise_group0(x, w)           # in v0, v1; silu-like program; out v5
              return z
+
+    before:  lo = slice(q, -1, 0, 32); hi = slice(q, -1, 32); n = neg(hi); r = cat([n, lo], -1)
+             y = add(mul(q, cos), mul(r, sin)); return y                        # rotary, head dim 64
+    after:   y = tf_pointwise_group0(q, cos, hi, lo, sin)   # one kernel: v2, v3 read at j and j - 32,
+             return y                                      # where(j < 32, -v2, v3) selects the half
 """
 
 from __future__ import annotations
 
 import operator
 
+import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
-from torchfuser.ir.program import ProgramBuilder
+from torchfuser.ir.from_aten import lowering_problem, tensor_meta
+from torchfuser.ir.region import index_op_problem, is_last_dim_slice, lower_region
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.launch import PointwiseKernel
 
@@ -29,19 +42,17 @@ from torchfuser.runtime.launch import PointwiseKernel
 def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     nodes = list(gm.graph.nodes)
     position = {n: i for i, n in enumerate(nodes)}
-    group_of: dict[fx.Node, frozenset] = {}
-    for node in nodes:
-        if lowering_problem(node) is not None:
-            continue
-        merged = {node}
-        shape = tensor_meta(node).shape
-        producer_groups = {group_of[i] for i in node.all_input_nodes if i in group_of}
-        for group in sorted(producer_groups, key=lambda g: min(position[n] for n in g)):
-            if tensor_meta(next(iter(group))).shape == shape and _is_convex(merged | group, position):
-                merged |= group
-        merged = frozenset(merged)
-        for member in merged:
-            group_of[member] = merged
+    fusible = [n for n in nodes if _fusible(n)]
+    pinned: set = set()  # members that must stay in groups of their own shape
+    while True:
+        group_of, shape_of = _grouping(fusible, position, pinned)
+        misfits = {
+            n for g in set(group_of.values()) for n in g
+            if tuple(tensor_meta(n).shape) != shape_of[g] and any(u not in g for u in n.users)
+        }
+        if not misfits:
+            break
+        pinned |= misfits  # they cannot be outputs of another shape: group again without that merge
 
     before = count_ops(gm)
     groups = sorted(set(group_of.values()), key=lambda g: min(position[n] for n in g))
@@ -56,6 +67,58 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
         "pointwise_groups": len(groups), "fused_ops": fused_ops,
         "nodes_before": before, "nodes_after": count_ops(gm),
     })
+
+
+def _fusible(node: fx.Node) -> bool:
+    if node.target is torch.ops.aten.cat.default:
+        return index_op_problem(node) is None
+    return lowering_problem(node) is None
+
+
+def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict, dict]:
+    """Greedy, in graph order: each node merges the groups it reads from where `_fits` and convexity allow.
+    Returns node -> its group, and group -> its shape (that of the node that last grew it)."""
+    group_of: dict[fx.Node, frozenset] = {}
+    shape_of: dict[frozenset, tuple] = {}
+    for node in fusible:
+        merged = {node}
+        shape = tuple(tensor_meta(node).shape)
+        reindexes = node.target is torch.ops.aten.cat.default
+        producers = _producer_groups(node, group_of)
+        for group in sorted(producers, key=lambda g: min(position[n] for n in g)):
+            via = producers[group]
+            if _fits(group | via, shape_of[group], shape, reindexes or bool(via), pinned) and _is_convex(
+                merged | group | via, position
+            ):
+                merged |= group | via
+        merged = frozenset(merged)
+        shape_of[merged] = shape
+        for member in merged:
+            group_of[member] = merged
+    return group_of, shape_of
+
+
+def _producer_groups(node: fx.Node, group_of: dict) -> dict[frozenset, set]:
+    """The groups node reads from, each with the last-dim slices it reads them through (often none)."""
+    found: dict[frozenset, set] = {}
+    for arg in node.all_input_nodes:
+        via = set()
+        while arg not in group_of and is_last_dim_slice(arg):
+            via.add(arg)
+            arg = arg.args[0]
+        if arg in group_of:
+            found.setdefault(group_of[arg], set()).update(via)
+    return found
+
+
+def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinned: set) -> bool:
+    """Plain elementwise edges need equal shapes; edges through a cat or a slice need equal shapes
+    outside the last dim, and no pinned member of another shape."""
+    if not reindexes:
+        return group_shape == shape
+    if len(group_shape) != len(shape) or group_shape[:-1] != shape[:-1]:
+        return False
+    return not any(m in pinned and tuple(tensor_meta(m).shape) != shape for m in members)
 
 
 def _is_convex(members: set, position: dict) -> bool:
@@ -77,20 +140,11 @@ def _is_convex(members: set, position: dict) -> bool:
 
 def _replace_group(gm: fx.GraphModule, group: list[fx.Node], group_id: int) -> None:
     members = set(group)
-    builder = ProgramBuilder()
-    inputs: list[fx.Node] = []
-    values: dict[fx.Node, int] = {}
-    for node in group:
-        for arg in node.all_input_nodes:
-            if arg not in members and arg not in values:
-                values[arg] = builder.add_input(dtype_name(arg))
-                inputs.append(arg)
-    lowerer = Lowerer(builder, values)
-    for node in group:
-        values[node] = lowerer.lower(node)
     outputs = [n for n in group if any(u not in members for u in n.users)]
-    program = builder.build([values[n] for n in outputs])
     meta = tensor_meta(outputs[-1])
+    if any(tensor_meta(n).shape != meta.shape for n in outputs):
+        raise RuntimeError(f"pointwise group {group_id}: outputs of different shapes")  # a grouping bug
+    program, inputs = lower_region(group, outputs, meta.shape[-1] if meta.dim() else 1)
     kernel = PointwiseKernel(program, tuple(meta.shape), tuple(meta.stride()), group_id)
     out_vals = tuple(n.meta["val"] for n in outputs)
     fused = insert_fused_node(gm, kernel, inputs, group, out_vals[0] if len(outputs) == 1 else out_vals)

@@ -106,14 +106,21 @@ class PointwiseKernel(FusedKernel):
         self.order = order if _is_dense(out_shape, out_stride, order) else list(range(len(out_shape)))
 
     def reference(self, *inputs):
-        outs = run_program(self.program, list(inputs))
+        outs = run_program(self.program, list(inputs), self.out_shape)
         outs = [torch.broadcast_to(o, self.out_shape).clone() for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _configure(self, inputs, device_type) -> Launch:
+        if self.program.indexes_last_dim:  # a cat or slice along the last dim: rows where they pay
+            from torchfuser.runtime import row_launch  # it builds on this module
+
+            launch = row_launch.configure_rows(self, inputs, device_type)
+            if launch is not None:
+                return launch
         shape = self.out_shape
         perm_shape = [shape[d] for d in self.order]
-        strides = [[broadcast_strides(shape, t)[d] for d in self.order] for t in inputs]
+        reads = [self.program.read_of(i) for i in range(len(inputs))]
+        strides = [[_input_strides(shape, t, r)[d] for d in self.order] for t, r in zip(inputs, reads)]
         dims = _collapse(perm_shape, strides)
         sizes = [s for s, _ in dims] or [1]
         per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
@@ -123,7 +130,7 @@ class PointwiseKernel(FusedKernel):
         reach = max([numel] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         width = 1
-        if STRIDED not in layouts and vectorisable(self.program):
+        if STRIDED not in layouts and vectorisable(self.program) and not self.program.indexes_last_dim:
             width = VECTOR_WIDTHS[self.program.output_dtypes[0]]
             if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
                 width = 1  # a vector would straddle two rows
@@ -135,6 +142,10 @@ class PointwiseKernel(FusedKernel):
         if STRIDED in layouts:
             scalars += [index(s) for s in sizes]
             scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
+        if self.program.indexes_last_dim:  # jlast = (i / inner) % size; remapped reads add position * stride
+            last = self.order.index(len(shape) - 1)
+            scalars += [index(int(np.prod(perm_shape[last + 1:]))), index(shape[-1])]
+            scalars += [index(t.stride(-1)) for t, r in zip(inputs, reads) if r is not None]
         out_stride = _strides_in_order(shape, self.order)
         outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in self.program.output_dtypes]
         items = spec.elements_per_item
@@ -149,6 +160,14 @@ def broadcast_strides(shape, t) -> list[int]:
     for d in range(tnd):
         if t.shape[d] != 1:
             strides[nd - tnd + d] = t.stride(d)
+    return strides
+
+
+def _input_strides(shape, t, read) -> list[int]:
+    """Per output dim; a last-dim remapped read adds its own last-dim term, so that dim counts 0 here."""
+    strides = broadcast_strides(shape, t)
+    if read is not None:
+        strides[-1] = 0
     return strides
 
 
