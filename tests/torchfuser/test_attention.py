@@ -68,7 +68,7 @@ def test_sdpa_matches_eager(shape, mask_kind):
     assert actual.stride() == expected.stride()
     (kernel,) = attention_kernels()
     assert "_scaled_dot_product_flash_attention_for_cpu" in kernel.nodes
-    assert "schedule=row_vector" in kernel.spec
+    assert "schedule=query_lanes" in kernel.spec
 
 
 def test_fully_masked_rows_as_in_eager():
@@ -132,15 +132,14 @@ def test_strided_q_k_v_from_a_fused_projection():
 
 def test_head_dim_not_contiguous():
     """A head dim with stride 9: the written-out pattern reads it as it is (aot's clones are skipped).
-    Such a k is contiguous along the keys: the CPU schedule scores 16 keys per vector FMA ("keys", 4 rows
-    per work-item). (SDPA itself takes its math path for such inputs, decomposed before the passes.)"""
+    (SDPA itself takes its math path for such inputs, decomposed before the passes.)"""
 
     def explicit(q, k, v):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
 
     q, k, v = (torch.randn(2, 3, 32, 9).transpose(-1, -2) for _ in range(3))
     assert_close(compiled(explicit, q, k, v), explicit(q, k, v))
-    assert "layouts=strided,keys,strided,contig" in attention_kernels()[0].spec
+    assert "layouts=strided,strided,strided,contig" in attention_kernels()[0].spec
 
 
 class Gpt2Attention(nn.Module):
@@ -191,8 +190,14 @@ def test_explicit_pattern_in_a_module(module, width, t):
         assert_close(compiled(model, x, mask), model(x, mask))
     (kernel,) = attention_kernels()
     assert {"bmm", "_softmax", "bmm_1"} <= set(kernel.nodes)
-    assert not any("_softmax" in k.nodes for k in torchfuser.last_report().kernels if k.kind != "attention")
-    assert sum(k.kind == "gemm" for k in torchfuser.last_report().kernels) >= 2  # the projections keep theirs
+    others = [k for k in torchfuser.last_report().kernels if k.kind != "attention"]
+    assert not any("_softmax" in k.nodes for k in others)
+    assert sum(k.kind == "gemm" for k in others) >= 2  # the projections keep theirs
+    # the heads transpose before the out-projection is the attention kernel's output layout, not a copy
+    # (at t = 1 the transposed output is contiguous already: the graph has no copy to absorb)
+    assert ("clone" in {n.rstrip("_0123456789") for n in kernel.nodes}) == (t > 1)
+    assert [k.kind for k in others if k.kind != "gemm"] == (["pointwise"] if module is Gpt2Attention else [])
+    assert not any(n.startswith(("clone", "permute")) for k in others if k.kind == "pointwise" for n in k.nodes)
 
 
 def test_attention_probabilities_used_elsewhere_stay_unfused():
@@ -237,6 +242,9 @@ def test_gpu_schedule_forced_on_pocl(monkeypatch):
     assert_close(compiled(fn, q, k, v, mask), fn(q, k, v, mask))
     assert "schedule=row_scalar" in attention_kernels()[0].spec
     assert_close(compiled(llama_attention, q, k, v, mask), llama_attention(q, k, v, mask))
+    merged = lambda q, k, v, m: llama_attention(q, k, v, m).transpose(1, 2).reshape(2, 19, -1)  # noqa: E731
+    assert_close(compiled(merged, q, k, v, mask), merged(q, k, v, mask))  # the kernel writes [B, T, H, D]
+    assert "clone" in attention_kernels()[0].nodes
 
 
 def test_disabled_pass_leaves_sdpa_to_pytorch_with_the_reason():
@@ -246,30 +254,76 @@ def test_disabled_pass_leaves_sdpa_to_pytorch_with_the_reason():
     assert reasons == {"aten._scaled_dot_product_flash_attention_for_cpu.default": "fuse_attention is disabled"}
 
 
-@pytest.mark.parametrize("rows", [2, 3])
-def test_several_query_rows_per_work_item(rows, monkeypatch):
-    """The CPU schedule can give a work-item several query rows (a tail tile recomputes the last row)."""
+@pytest.mark.parametrize("tile", [(4, 1), (8, 3), (16, 2)], ids=lambda t: f"{t[0]}x{t[1]}")
+def test_query_tiles_with_tails(tile, monkeypatch):
+    """The CPU schedule's query tiles (lanes x vectors): T not a multiple of the tile (rows past T are
+    recomputed from row T - 1 and not stored), a head dim with a tail, masks, causal, logsumexp."""
     from torchfuser.runtime import attention_launch
 
-    monkeypatch.setattr(attention_launch, "cpu_rows_per_item", lambda keys_contiguous: rows)
-    q, k, v = torch.randn(2, 3, 13, 48), torch.randn(2, 3, 21, 48), torch.randn(2, 3, 21, 48)
+    monkeypatch.setattr(attention_launch, "cpu_tile", lambda t: tile)
+    q, k, v = torch.randn(2, 3, 13, 44), torch.randn(2, 3, 21, 44), torch.randn(2, 3, 21, 44)
     mask = torch.randn(2, 1, 13, 21)
     mask[1, 0, 4] = -INF
     fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
     assert_close(compiled(fn, q, k, v, mask), fn(q, k, v, mask))
+    assert f"lanes={tile[0]}x{tile[1]}" in attention_kernels()[0].spec
     causal = lambda q, k, v: sdpa(q, k, v, causal=True)  # noqa: E731
     assert_close(compiled(causal, q, k, v), causal(q, k, v))
-    assert all(f"rows={rows}" in kernel.spec for kernel in attention_kernels())
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    with torchfuser.collect_reports() as reports:
+        fused = torchfuser.compile(lambda q, k, v: sdpa(q, k, v, mask, causal=False).sum())(q, k, v)
+        grads = torch.autograd.grad(fused, (q, k))
+    expected = sdpa(q, k, v, mask).sum()
+    for actual, reference in zip(grads, torch.autograd.grad(expected, (q, k))):
+        assert_close(actual, reference, rtol=1e-4, atol=1e-4)
+    assert any("lse=1" in k.spec and f"lanes={tile[0]}" in k.spec for r in reports for k in r.kernels)
 
 
 @pytest.mark.parametrize("keys", [37, 16, 5])
-def test_keys_contiguous_k_with_masks_gqa_and_partial_blocks(keys):
-    """k contiguous along the keys (kᵀ materialised): the "keys" CPU layout, 4 rows per work-item, vector
-    loads for full 16-key blocks and a clamped gather for the last one; through LLaMA's repeat_kv."""
+def test_k_strided_along_head_dim_with_masks_gqa_and_partial_blocks(keys):
+    """k contiguous along the keys (kᵀ materialised) is read element by element; full 8-key blocks and a
+    partial last one (its rows clamped to the last key, its v rows never read); through LLaMA's repeat_kv."""
     q, v = torch.randn(2, 4, 11, 64), torch.randn(2, 2, keys, 64)
     k = torch.randn(2, 2, 64, keys).transpose(-1, -2)
     mask = torch.randn(2, 1, 11, keys)
     mask[0, 0, 5] = -INF  # a fully masked row: NaN, as eager's softmax gives
     assert_close(compiled(llama_attention, q, k, v, mask), llama_attention(q, k, v, mask))
     (kernel,) = attention_kernels()
-    assert "layouts=contig,keys,contig,contig" in kernel.spec and "rows=4" in kernel.spec
+    assert "layouts=contig,strided,contig,contig" in kernel.spec and "masks=strided" in kernel.spec
+
+
+def test_score_program_without_a_vector_form_runs_lane_by_lane():
+    """An int64 bias (cast in the score program) has no vector form: the program runs per query lane."""
+
+    def explicit(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125 + bias, dim=-1) @ v
+
+    q, k, v = torch.randn(2, 2, 19, 33), torch.randn(2, 2, 12, 33), torch.randn(2, 2, 12, 33)
+    bias = torch.randint(-3, 3, (19, 12))
+    assert_close(compiled(explicit, q, k, v, bias), explicit(q, k, v, bias))
+    assert "int64" in attention_kernels()[0].spec
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_heads_transpose_is_written_by_the_kernel(causal):
+    """.transpose(1, 2).contiguous() / .reshape(B, T, C) right after attention: the kernel writes [B, T, H, D]
+    itself; no copy kernel follows (SDPA on contiguous q, k, v and the written-out pattern)."""
+
+    def with_sdpa(q, k, v):
+        return sdpa(q, k, v, causal=causal).transpose(1, 2).contiguous().view(2, 37, -1)
+
+    def explicit(q, k, v):
+        w = q @ k.transpose(-1, -2) / 8.0
+        if causal:
+            w = w.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), -INF)
+        return (torch.softmax(w, dim=-1) @ v).transpose(1, 2).reshape(2, 37, -1)
+
+    q, k, v = (torch.randn(2, 3, 37, 64) for _ in range(3))
+    for fn in (with_sdpa, explicit):
+        actual = compiled(fn, q, k, v)
+        assert_close(actual, fn(q, k, v))
+        assert actual.is_contiguous()
+        report = torchfuser.last_report()
+        (kernel,) = [k for k in report.kernels if k.kind == "attention"]
+        assert {"permute", "clone"} <= {n.rstrip("_0123456789") for n in kernel.nodes}
+        assert not any("clone" in n for k in report.kernels if k.kind != "attention" for n in k.nodes)

@@ -1,68 +1,68 @@
 """AttentionSpec → OpenCL C: fused attention with an online softmax (running max and sum, fp32).
 
-Each work-item owns one query row (b, h, t) and walks the keys once: scores, softmax and the weighted sum
-of values never leave registers, so the [T, S] probability matrix is never written.
-- row_vector (CPU devices): the query row, the output accumulator and each key/value row are float16
-  vectors along the head dim. Keys go in blocks of 16: 16 partial dot products (vectors), then a
-  transpose-and-add tree turns them into one float16 of scores (lane j = key j), so the block costs one
-  vector exp and one rescale of the accumulator instead of 16. No local memory (slow on PoCL).
-- row_scalar (GPUs): the same walk with scalar loops, one key at a time; neighbouring work-items read the
-  same key row together.
-The score program (scale, additive masks, fills) runs per key on the raw dot product; causal masking
-stops the walk at key t. A row whose scores are all -inf gives NaN ("nan", as eager softmax does) or 0
-("zero", as SDPA does).
+The [T, S] score matrix is never written: each work-item walks the keys once, with its scores, softmax
+and weighted sum of values in registers.
+- query_lanes (CPU devices): a work-item owns `query_vectors` vectors of `lanes` consecutive query rows of
+  one (batch, head); lane l of every vector is query row l. Its q rows are loaded once and transposed in
+  registers (qt[i]: element i of each row), so a block of keys costs, per head-dim element i, one load of
+  qt[i] and one broadcast k[j][i] per key, each feeding an FMA per query vector: 16 scores per FMA, no
+  horizontal sums. The softmax runs lane-wise (one vector exp per key for 16 rows) and p·v is again a
+  broadcast of v[j][i] into FMAs on the accumulators acc[i] (private arrays, L1-resident). At the end
+  the accumulators are transposed back to rows and stored through the output strides. No local memory
+  (slow on PoCL).
+- row_scalar (GPUs): one query row per work-item, scalar loops, one key at a time; neighbouring
+  work-items read the same key row together.
+The score program (scale, additive masks, fills) runs on the raw dot products; causal masking ends the walk
+at the tile's last row and masks lanes per key. A row whose scores are all -inf gives NaN ("nan", as eager
+softmax does) or 0 ("zero", as SDPA does).
 """
 
 from __future__ import annotations
 
-from torchfuser.codegen.pointwise_ops import C_TYPES
-from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements, vectorisable
+from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE, c_expression
+from torchfuser.codegen.program_c import PREAMBLE, const_c, helpers_for, program_statements
+from torchfuser.ir.program import Const
 from torchfuser.ir.specs import ATTENTION_CPU, AttentionSpec
 
-KEY_BLOCK = 16  # keys per block on the CPU schedule: one float16 of scores
+KEY_BLOCK = 8  # keys per block (query_lanes): 8 keys x 2 query vectors = 16 score accumulators
+PV_UNROLL = 4  # head-dim elements per step of p·v: 4 x 2 independent accumulator chains
 
-# exp of x <= 0 (scores minus their running max) on float16: x = n ln2 + r, |r| <= ln2 / 2, e^r by its
-# Taylor series to degree 7 (remainder < 6e-9, under float rounding), times 2^n built in the exponent
-# bits. PoCL's vector exp is ~3x slower. Below -87 the result would be subnormal: 0 (added to a sum >= 1).
+# exp of x <= 0 (scores minus their running max): x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor series to
+# degree 7 (remainder < 6e-9, under float rounding), times 2^n built in the exponent bits. n is rounded by
+# adding 1.5 * 2^23 (PoCL's vector rint is a long select chain). Below -87 the result would be subnormal: 0.
 EXP_NONPOSITIVE = """
-float tf_hsum16(const float16 v) {
-  const float8 a = v.lo + v.hi;
-  const float4 b = a.lo + a.hi;
-  const float2 c = b.lo + b.hi;
-  return c.x + c.y;
-}
-float16 tf_exp_nonpositive16(const float16 x) {
-  const float16 n = rint(x * 0x1.715476p+0f);
-  const float16 r = fma(n, (float16)(-0x1.62e4p-1f), fma(n, (float16)(-0x1.7f7d1cp-20f), x));
-  float16 p = (float16)(1.0f / 5040.0f);
-  p = fma(p, r, (float16)(1.0f / 720.0f));
-  p = fma(p, r, (float16)(1.0f / 120.0f));
-  p = fma(p, r, (float16)(1.0f / 24.0f));
-  p = fma(p, r, (float16)(1.0f / 6.0f));
-  p = fma(p, r, (float16)(0.5f));
-  p = fma(p, r, (float16)(1.0f));
-  p = fma(p, r, (float16)(1.0f));
-  const float16 scale = as_float16((convert_int16(n) + 127) << 23);
-  const float16 y = select(p * scale, (float16)(0.0f), x < -87.0f);
+VEC tf_exp_nonpositive(const VEC x) {
+  const VEC n = fma(x, (VEC)(0x1.715476p+0f), (VEC)(0x1.8p+23f)) - (VEC)(0x1.8p+23f);
+  const VEC r = fma(n, (VEC)(-0x1.62e4p-1f), fma(n, (VEC)(-0x1.7f7d1cp-20f), x));
+  VEC p = (VEC)(1.0f / 5040.0f);
+  p = fma(p, r, (VEC)(1.0f / 720.0f));
+  p = fma(p, r, (VEC)(1.0f / 120.0f));
+  p = fma(p, r, (VEC)(1.0f / 24.0f));
+  p = fma(p, r, (VEC)(1.0f / 6.0f));
+  p = fma(p, r, (VEC)(0.5f));
+  p = fma(p, r, (VEC)(1.0f));
+  p = fma(p, r, (VEC)(1.0f));
+  const VEC scale = as_VEC((convert_INTVEC(n) + 127) << 23);
+  const VEC y = select(p * scale, (VEC)(0.0f), x < -87.0f);
   return select(y, x, isnan(x));
 }
 """
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+BOOL_OPS = {"logical_and": "&", "logical_or": "|", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 
 
 def attention_source(spec: AttentionSpec) -> str:
-    rows = spec.rows_per_item
-    body = _vector_body(spec) if spec.schedule == ATTENTION_CPU else _scalar_body(spec)
+    cpu = spec.schedule == ATTENTION_CPU
     params = ",\n    ".join(_parameters(spec))
-    helpers = helpers_for([spec.score], 16 if spec.schedule == ATTENTION_CPU else 1)
-    if spec.schedule == ATTENTION_CPU:
-        helpers += EXP_NONPOSITIVE
+    helpers = helpers_for([spec.score], spec.lanes if cpu else 1)
+    if cpu:
+        vec = f"float{spec.lanes}"
+        helpers += EXP_NONPOSITIVE.replace("INTVEC", f"int{spec.lanes}").replace("VEC", vec)
+    body = _lanes_kernel(spec) if cpu else _scalar_kernel(spec)
     return f"""{PREAMBLE}{helpers}
 __kernel void {spec.kernel_name}(
     {params})
 {{
-  const {spec.index_type} tiles = (T + {rows - 1}) / {rows}, gid = get_global_id(0);
-  if (gid >= B * H * tiles) return;
-  {_row_setup(spec)}
 {body}
 }}
 """
@@ -86,217 +86,339 @@ def _parameters(spec: AttentionSpec) -> list[str]:
     return params
 
 
-def _row_setup(spec: AttentionSpec) -> str:
-    """This work-item's (b, h) and rows t0.. (a tail tile recomputes row T-1 and skips its stores); the
-    bases of q, k, v, masks and output; where each row's keys end and where the walk ends (the last row's)."""
-    idx, rows = spec.index_type, spec.rows_per_item
+def _empty_row_value(spec: AttentionSpec) -> str:
+    return "0.0f" if spec.masked_rows == "zero" else "NAN"
+
+
+# ---------------------------------------------------------------- CPU: query rows as vector lanes
+
+
+def _transpose(names: list[str], width: int, tag: str) -> tuple[list[str], list[str]]:
+    """C lines transposing `width` floatW vectors (rows) into columns: log2(width) rounds of even/odd
+    interleaves, each one two-source shuffle per vector."""
+    vec, half, lines, cur = f"float{width}", width // 2, [], list(names)
+    for rnd in range(width.bit_length() - 1):
+        new = [f"{tag}{rnd}_{i}" for i in range(width)]
+        for k in range(half):
+            a, b = cur[2 * k], cur[2 * k + 1]
+            lines.append(f"const {vec} {new[k]} = ({vec})({a}.even, {b}.even);")
+            lines.append(f"const {vec} {new[k + half]} = ({vec})({a}.odd, {b}.odd);")
+        cur = new
+    return lines, cur
+
+
+def _lanes_kernel(spec: AttentionSpec) -> str:
+    idx, w, nvec, d = spec.index_type, spec.lanes, spec.query_vectors, spec.head_dim
+    vec, rows, padded = f"float{w}", spec.lanes * spec.query_vectors, -(-spec.head_dim // spec.lanes) * spec.lanes
+    lane_ids = ", ".join(str(i) for i in range(w))
     lines = [
+        f"const {idx} tiles = (T + {rows - 1}) / {rows}, gid = get_global_id(0);",
+        "if (gid >= B * H * tiles) return;",
         f"const {idx} tile = gid % tiles, bh = gid / tiles, h = bh % H, b = bh / H, hk = h / G;",
-        f"const {idx} kbase = offK + b * sKb + hk * sKh;",
-        f"const {idx} vbase = offV + b * sVb + hk * sVh;",
+        f"const {idx} t0 = tile * {rows}, t_last = min(t0 + {rows - 1}, T - 1);",
+        f"const {idx} qbase = offQ + b * sQb + h * sQh, obase = b * sOb + h * sOh;",
+        f"const {idx} kbase = offK + b * sKb + hk * sKh, vbase = offV + b * sVb + hk * sVh;",
+        f"const int{w} lane = (int{w})({lane_ids});",
+        f"{vec} " + ", ".join(f"qt{x}[{padded}], acc{x}[{padded}]" for x in range(nvec)) + ";",
     ]
-    for r in range(rows):
-        lines += [
-            f"const {idx} t{r} = min(tile * {rows} + {r}, T - 1);",
-            f"const int live{r} = tile * {rows} + {r} < T;",
-            f"const {idx} qbase{r} = offQ + b * sQb + h * sQh + t{r} * sQr;",
-            f"const {idx} obase{r} = b * sOb + h * sOh + t{r} * sOt;",
-            f"const {idx} s_end{r} = {f'min(S, t{r} + 1)' if spec.causal else 'S'};",
-        ]
-        lines += [f"const {idx} ebase{e}_{r} = offE{e} + b * sE{e}b + h * sE{e}h + t{r} * sE{e}t;"
-                  for e in range(1, spec.score.n_inputs)]
-    lines.append(f"const {idx} s_end = s_end{rows - 1};")
-    return "\n  ".join(lines)
+    lines += [f"const int{w} tq{x} = (int{w})((int)t0 + {x * w}) + lane;" for x in range(nvec)]
+    lines += [f"const {idx} ebase{e} = offE{e} + b * sE{e}b + h * sE{e}h;" for e in range(1, spec.score.n_inputs)]
+    for e, layout in enumerate(spec.mask_layouts, start=1):
+        if layout == "strided":  # each lane's row of the mask (rows past T read row T - 1)
+            lines += [f"const {idx} erow{e}_{x}_{r} = min(t0 + {x * w + r}, T - 1) * sE{e}t;"
+                      for x in range(nvec) for r in range(w)]
+    lines += _load_q(spec)
+    lines += [f"{vec} m{x} = ({vec})(-INFINITY), l{x} = ({vec})(0.0f);" for x in range(nvec)]
+    lines.append(f"const {idx} s_end = {'min(S, t_last + 1)' if spec.causal else 'S'};")
+    lines.append(f"for ({idx} s0 = 0; s0 < s_end; s0 += {KEY_BLOCK}) {{")
+    lines += ["  " + line for line in _key_block(spec)]
+    lines.append("}")
+    for x in range(nvec):
+        lines += _store_rows(spec, x)
+    return "\n".join("  " + line for line in lines)
 
 
-def _score_statements(spec: AttentionSpec, raw: str, key: str, row: int) -> tuple[list[str], str]:
-    """C statements applying the score program to the raw dot product `raw` of key index `key`."""
-    inputs = [raw]
-    loads = []
+def _load_q(spec: AttentionSpec) -> list[str]:
+    """qt[x][i] = element i of the vector's rows (rows past T repeat row T - 1), zeros past the head dim."""
+    w, d, contig = spec.lanes, spec.head_dim, spec.layouts[0] == "contig"
+    full = d - d % w
+    lines = []
+
+    def chunk(c: str, width: int) -> list[str]:
+        out = []
+        for x in range(spec.query_vectors):
+            names = []
+            for r in range(w):
+                row = f"qbase + min(t0 + {x * w + r}, T - 1) * sQr"
+                if contig and width == w:
+                    value = f"vload{w}(0, Q + {row} + {c})"
+                else:
+                    lanes = [f"Q[{row} + ({c} + {i}) * sQd]" if i < width else "0.0f" for i in range(w)]
+                    value = f"(float{w})({', '.join(lanes)})"
+                out.append(f"const float{w} qr{x}_{r} = {value};")
+                names.append(f"qr{x}_{r}")
+            shuffles, cols = _transpose(names, w, f"qc{x}_")
+            out += shuffles
+            out += [f"qt{x}[{c} + {i}] = {cols[i]}; acc{x}[{c} + {i}] = (float{w})(0.0f);" for i in range(w)]
+        return out
+
+    if full:
+        lines.append(f"for (int c = 0; c < {full}; c += {w}) {{")
+        lines += ["  " + line for line in chunk("c", w)]
+        lines.append("}")
+    if d % w:
+        lines.append("{")
+        lines += ["  " + line for line in chunk(str(full), d % w)]
+        lines.append("}")
+    return lines
+
+
+def _key_block(spec: AttentionSpec) -> list[str]:
+    """One block of KEY_BLOCK keys: scores, score program, masking, online softmax, p·v."""
+    idx, w, nvec, d, kb = spec.index_type, spec.lanes, spec.query_vectors, spec.head_dim, KEY_BLOCK
+    vec = f"float{w}"
+    kd = "" if spec.layouts[1] == "contig" else " * sKd"
+    lines = [f"const int n_keys = (int)min(({idx}){kb}, s_end - s0);",
+             f"const {idx} krow = kbase + s0 * sKr, vrow = vbase + s0 * sVr;"]
+    lines += [f"{vec} sc{x}_{j} = ({vec})(0.0f);" for j in range(kb) for x in range(nvec)]
+    for full in (True, False):  # a full block, then the last partial one (rows clamped to the last key)
+        lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
+        lines.append(f"  for (int i = 0; i < {d}; ++i) {{")
+        lines += [f"    const {vec} qv{x} = qt{x}[i];" for x in range(nvec)]
+        for j in range(kb):
+            row = f"{j}" if full else f"min({j}, n_keys - 1)"
+            fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in range(nvec))
+            lines.append(f"    {{ const {vec} kj = ({vec})(K[krow + {row} * sKr + i{kd}]); {fmas} }}")
+        lines.append("  }")
+    lines.append("}")
+    lines += _score_program(spec)
+    for x in range(nvec):
+        lines += _online_softmax(spec, x)
+    lines += _weighted_values(spec)
+    return lines
+
+
+def _score_program(spec: AttentionSpec) -> list[str]:
+    """Replace each raw score by the score program's value, then mask causal keys and the tail."""
+    w, nvec, kb = spec.lanes, spec.query_vectors, KEY_BLOCK
+    vec = f"float{w}"
+    lines = []
+    identity = spec.score.n_inputs == 1 and not spec.score.instrs
+    if not identity:
+        lines.append(f"const {spec.index_type} " + ", ".join(f"key{j} = min(s0 + {j}, S - 1)" for j in range(kb)) + ";")
+        vector = _vector_program(spec)
+        for j in range(kb):
+            for x in range(nvec):
+                lines += ["{"] + ["  " + line for line in (
+                    vector(x, j) if vector else _lane_program(spec, x, j))] + ["}"]
+    for j in range(kb):
+        for x in range(nvec):
+            if spec.causal:  # key s is seen by row t when s <= t
+                lines.append(f"sc{x}_{j} = select(sc{x}_{j}, ({vec})(-INFINITY), (int{w})((int)s0 + {j}) > tq{x});")
+        tail = " ".join(f"sc{x}_{j} = ({vec})(-INFINITY);" for x in range(nvec))
+        lines.append(f"if ({j} >= n_keys) {{ {tail} }}")
+    return lines
+
+
+def _mask_vector(spec: AttentionSpec, e: int, x: int, j: int) -> str:
+    """Mask operand e at key j of the block for the rows of vector x (lanes), in its C element type."""
+    c_type = C_TYPES[spec.score.input_dtypes[e]]
+    at = f"ebase{e} + key{j} * sE{e}s"
+    if spec.mask_layouts[e - 1] == "bcast":
+        return f"({c_type}{spec.lanes})(E{e}[{at}])"
+    lanes = ", ".join(f"E{e}[{at} + erow{e}_{x}_{r}]" for r in range(spec.lanes))
+    return f"({c_type}{spec.lanes})({lanes})"
+
+
+def _vector_program(spec: AttentionSpec):
+    """A function (x, j) → C lines running the score program on whole vectors, or None when some op or
+    type has no vector form here. Bools are int vectors (-1 true, 0 false), as OpenCL comparisons give."""
+    w = spec.lanes
+    types = {"float32": f"float{w}", "bool": f"int{w}"}
+    program = spec.score
+    if any(dt not in types for dt in program.input_dtypes) or any(ins.dtype not in types for ins in program.instrs):
+        return None
+    for ins in program.instrs:
+        bool_op = ins.op in BOOL_OPS or ins.op == "logical_not"
+        ok = ins.op in COMPARISONS or ins.op in ("where", "cast") or (bool_op and ins.dtype == "bool") \
+            or (ins.op in VECTOR_SAFE and ins.dtype == "float32")
+        if not ok or any(isinstance(a, Const) and a.dtype not in types for a in ins.args):
+            return None
+
+    def value_type(v):
+        return program.input_dtypes[v] if v < program.n_inputs else program.instrs[v - program.n_inputs].dtype
+
+    def operand(a, names):
+        if not isinstance(a, Const):
+            return names[a]
+        if a.dtype == "bool":
+            return f"((int{w})({-1 if a.value else 0}))"
+        return const_c(a, w)
+
+    def emit(x, j):
+        lines, names = [], [f"sc{x}_{j}"]
+        for e in range(1, program.n_inputs):
+            load = _mask_vector(spec, e, x, j)
+            if program.input_dtypes[e] == "bool":
+                load = f"convert_int{w}({load} != (uchar{w})(0))"
+            lines.append(f"const {types[program.input_dtypes[e]]} in{e} = {load};")
+            names.append(f"in{e}")
+        for n, ins in enumerate(program.instrs, start=program.n_inputs):
+            args = [operand(a, names) for a in ins.args]
+            if ins.op == "cast":
+                src = value_type(ins.args[0]) if not isinstance(ins.args[0], Const) else ins.args[0].dtype
+                if src == ins.dtype:
+                    text = args[0]
+                elif ins.dtype == "float32":
+                    text = f"convert_float{w}(-({args[0]}))"
+                else:
+                    text = f"({args[0]} != ({types[src]})(0))"
+            elif ins.op in COMPARISONS:
+                text = f"({args[0]} {COMPARISONS[ins.op]} {args[1]})"
+            elif ins.op == "where":
+                text = f"select({args[2]}, {args[1]}, {args[0]})"
+            elif ins.op in BOOL_OPS:
+                text = f"({args[0]} {BOOL_OPS[ins.op]} {args[1]})"
+            elif ins.op == "logical_not":
+                text = f"(~{args[0]})"
+            else:
+                text = c_expression(ins.op, args, ins.dtype, w)
+            lines.append(f"const {types[ins.dtype]} vs{n} = {text};")
+            names.append(f"vs{n}")
+        lines.append(f"sc{x}_{j} = {names[program.outputs[0]]};")
+        return lines
+
+    return emit
+
+
+def _lane_program(spec: AttentionSpec, x: int, j: int) -> list[str]:
+    """The score program lane by lane, for programs with no vector form here (other mask types)."""
+    w, idx = spec.lanes, spec.index_type
+    inputs, lines = ["raw[l]"], [f"float raw[{w}]; vstore{w}(sc{x}_{j}, 0, raw);", f"for (int l = 0; l < {w}; ++l) {{",
+                                 f"  const {idx} row = min(t0 + {x * w} + l, T - 1);"]
     for e in range(1, spec.score.n_inputs):
         c_type = C_TYPES[spec.score.input_dtypes[e]]
-        loads.append(f"const {c_type} mask{e} = E{e}[ebase{e}_{row} + ({key}) * sE{e}s];")
+        lines.append(f"  const {c_type} mask{e} = E{e}[ebase{e} + row * sE{e}t + key{j} * sE{e}s];")
         inputs.append(f"mask{e}")
-    body, (result,) = program_statements(spec.score, inputs, prefix="sc")
-    return loads + body, result
+    body, (result,) = program_statements(spec.score, inputs, prefix="ls")
+    lines += ["  " + line for line in body] + [f"  raw[l] = {result};", "}", f"sc{x}_{j} = vload{w}(0, raw);"]
+    return lines
 
 
-def _finish_row(spec: AttentionSpec, row: int, store_lines: list[str]) -> list[str]:
-    """After the walk: empty rows (l == 0) per masked_rows, then the stores and the logsumexp."""
-    empty = "0.0f" if spec.masked_rows == "zero" else "NAN"
-    lines = [f"const float inv_l{row} = l{row} == 0.0f ? {empty} : 1.0f / l{row};"]
-    lines += store_lines
-    if spec.with_lse:
-        lse = f"m{row} + log(l{row})"
-        if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
-            lse = f"(l{row} == 0.0f ? 0.0f : {lse})"
-        lines.append(f"L[b * sLb + h * sLh + t{row} * sLt] = {lse};")
-    return [f"if (live{row}) {{"] + ["  " + line for line in lines] + ["}"]
-
-
-# ---------------------------------------------------------------- CPU: float16 vectors, 16-key blocks
-
-
-def _chunk_load(name: str, base: str, chunk: int, head_dim: int, contiguous: bool) -> str:
-    """float16 holding elements [16 * chunk, 16 * chunk + 16) of a head-dim row; zeros past head_dim."""
-    first = 16 * chunk
-    if contiguous and first + 16 <= head_dim:
-        return f"vload16(0, {name} + {base} + {first})"
-    lanes = [
-        (f"{name}[{base} + {first + i}]" if contiguous else f"{name}[{base} + {first + i} * s{name}d]")
-        if first + i < head_dim else "0.0f"
-        for i in range(16)
+def _online_softmax(spec: AttentionSpec, x: int) -> list[str]:
+    """New running max per lane; rescale factor for the old sum and accumulators; p = exp(score - max).
+    A lane whose keys are all masked so far keeps max -inf and subtracts 0 instead (p = 0, no NaN)."""
+    vec, kb = f"float{spec.lanes}", KEY_BLOCK
+    block_max = f"sc{x}_0"
+    for j in range(1, kb):
+        block_max = f"fmax({block_max}, sc{x}_{j})"
+    return [
+        f"const {vec} m_new{x} = fmax(m{x}, {block_max});",
+        f"const {vec} m_use{x} = select(m_new{x}, ({vec})(0.0f), m_new{x} == ({vec})(-INFINITY));",
+        f"const {vec} corr{x} = tf_exp_nonpositive(m{x} - m_use{x});",
+        f"m{x} = m_new{x};",
+        *[f"const {vec} p{x}_{j} = tf_exp_nonpositive(sc{x}_{j} - m_use{x});" for j in range(kb)],
+        f"l{x} = fma(l{x}, corr{x}, " + " + ".join(f"p{x}_{j}" for j in range(kb)) + ");",
     ]
-    return f"(float16)({', '.join(lanes)})"
 
 
-def _lane_sum_dots(spec: AttentionSpec, chunks: int, k_contig: bool) -> list[str]:
-    """Key by key: its row of k loaded once, one dot product per query row, summed across the lanes."""
-    idx, d, rows = spec.index_type, spec.head_dim, spec.rows_per_item
-    dots = []
-    for j in range(KEY_BLOCK):
-        dots.append(f"const {idx} kr{j} = kbase + min(s0 + {j}, s_end - 1) * sKr;")
-        dots += [f"const float16 k{j}_{c} = {_chunk_load('K', f'kr{j}', c, d, k_contig)};" for c in range(chunks)]
-        for r in range(rows):
-            expr = f"q{r}_0 * k{j}_0"
-            for c in range(1, chunks):
-                expr = f"fma(q{r}_{c}, k{j}_{c}, {expr})"
-            dots.append(f"const float dot{r}_{j} = tf_hsum16({expr});")
-    return dots
+def _weighted_values(spec: AttentionSpec) -> list[str]:
+    """acc[i] = acc[i] * corr + sum_j p_j * v[j][i]: PV_UNROLL head-dim elements at a time (independent FMA
+    chains), each v element broadcast once for every query vector."""
+    w, nvec, d, kb = spec.lanes, spec.query_vectors, spec.head_dim, KEY_BLOCK
+    vec, vd = f"float{w}", "" if spec.layouts[2] == "contig" else " * sVd"
+    lines = []
+
+    def steps(start: str, count: int, full: bool) -> list[str]:
+        out = [f"{vec} o{x}_{u} = acc{x}[{start} + {u}] * corr{x};" for x in range(nvec) for u in range(count)]
+        for j in range(kb):
+            for u in range(count):
+                fmas = " ".join(f"o{x}_{u} = fma(p{x}_{j}, vj, o{x}_{u});" for x in range(nvec))
+                load = f"const {vec} vj = ({vec})(V[vrow + {j} * sVr + ({start} + {u}){vd}]);"
+                out.append(f"{{ {load} {fmas} }}" if full else f"if ({j} < n_keys) {{ {load} {fmas} }}")
+        out += [f"acc{x}[{start} + {u}] = o{x}_{u};" for x in range(nvec) for u in range(count)]
+        return out
+
+    main, rest = d - d % PV_UNROLL, d % PV_UNROLL
+    for full in (True, False):  # a partial block must not read v rows past the keys
+        lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
+        if main:
+            lines.append(f"  for (int i = 0; i < {main}; i += {PV_UNROLL}) {{")
+            lines += ["    " + line for line in steps("i", PV_UNROLL, full)]
+            lines.append("  }")
+        if rest:
+            lines += ["  " + line for line in ["{"] + steps(str(main), rest, full) + ["}"]]
+    lines.append("}")
+    return lines
 
 
-def _vector_body(spec: AttentionSpec) -> str:
-    idx, d, rows = spec.index_type, spec.head_dim, spec.rows_per_item
-    chunks = -(-d // 16)
-    q_contig, k_contig, v_contig, o_contig = (layout == "contig" for layout in spec.layouts)
-    panel = spec.layouts[1] == "keys"
-    setup = []
-    for r in range(rows):
-        if not panel:
-            setup += [f"const float16 q{r}_{c} = {_chunk_load('Q', f'qbase{r}', c, d, q_contig)};" for c in range(chunks)]
-        setup += [f"float16 acc{r}_{c} = (float16)(0.0f);" for c in range(chunks)]
-        setup.append(f"float m{r} = -INFINITY, l{r} = 0.0f;")
-    if panel:  # row i of kᵀ holds element i of consecutive keys: 16 scores per vector FMA, no lane sums
-        dots = [f"float16 panel_dot{r} = (float16)(0.0f);" for r in range(rows)]
-        fmas = " ".join(f"panel_dot{r} = fma((float16)(Q[qbase{r} + i * sQd]), kt, panel_dot{r});" for r in range(rows))
-        gather = ", ".join(f"K[kbase + i * sKd + min(s0 + {j}, S - 1)]" for j in range(KEY_BLOCK))
-        dots.append(f"if (s0 + {KEY_BLOCK} <= S) {{")
-        dots.append(f"  for (int i = 0; i < {d}; ++i) {{ const float16 kt = vload16(0, K + kbase + i * sKd + s0); {fmas} }}")
-        dots.append("} else {  /* the last, partial block: clamp instead of reading past the keys */")
-        dots.append(f"  for (int i = 0; i < {d}; ++i) {{ const float16 kt = (float16)({gather}); {fmas} }}")
-        dots.append("}")
-    else:
-        dots = _lane_sum_dots(spec, chunks, k_contig)
-    per_row = []
-    for r in range(rows):
-        score_lines, score = _score_statements(spec, "raw[j]", "s0 + j", r)
-        nl = "\n          "
-        rescale = " ".join(f"acc{r}_{c} *= corr;" for c in range(chunks))
-        per_row.append(f"""{{  /* row {r}: scores of this block, then the online softmax update */
-      const int n_keys = (int)clamp(s_end{r} - s0, ({idx})0, ({idx}){KEY_BLOCK});
-      const float16 scores = {_block_scores(panel, r)};
-      float16 block;
-      {_vector_score(spec, r)}{{  /* a partial block (or a score program with other types): key by key */
-        float raw[{KEY_BLOCK}], sc[{KEY_BLOCK}];
-        vstore16(scores, 0, raw);
-        for (int j = 0; j < {KEY_BLOCK}; ++j) {{
-          if (j < n_keys) {{
-          {nl.join(score_lines)}
-          sc[j] = {score};
-          }} else {{
-            sc[j] = -INFINITY;
-          }}
-        }}
-        block = vload16(0, sc);
-      }}
-      const float8 bmax8 = fmax(block.lo, block.hi);
-      const float4 bmax4 = fmax(bmax8.lo, bmax8.hi);
-      const float2 bmax2 = fmax(bmax4.lo, bmax4.hi);
-      const float m_new = fmax(m{r}, fmax(bmax2.x, bmax2.y));
-      float16 pv = (float16)(0.0f);
-      if (m_new != -INFINITY) {{  /* else every key so far is masked: nothing to add yet */
-        const float corr = exp(m{r} - m_new);
-        pv = tf_exp_nonpositive16(block - (float16)(m_new));
-        l{r} = l{r} * corr + tf_hsum16(pv);
-        {rescale}
-        m{r} = m_new;
-      }}
-      vstore16(pv, 0, p{r});
-    }}""")
-    accumulate = [f"const float16 v{c} = {_chunk_load('V', 'vr', c, d, v_contig)};" for c in range(chunks)]
-    for r in range(rows):
-        accumulate.append(f"const float16 p{r}j = (float16)(p{r}[j]);")
-        accumulate += [f"acc{r}_{c} = fma(p{r}j, v{c}, acc{r}_{c});" for c in range(chunks)]
-    finish = []
-    for r in range(rows):
-        stores = []
-        for c in range(chunks):
-            first, value = 16 * c, f"acc{r}_{c} * inv_l{r}"
-            if o_contig and first + 16 <= d:
-                stores.append(f"vstore16({value}, 0, O + obase{r} + {first});")
+def _store_rows(spec: AttentionSpec, x: int) -> list[str]:
+    """Normalise (empty rows per masked_rows), transpose back to rows, store rows < T; the logsumexp."""
+    w, d, vec, idx = spec.lanes, spec.head_dim, f"float{spec.lanes}", spec.index_type
+    contig = spec.layouts[3] == "contig"
+    full = d - d % w
+    lines = ["{", f"  const {vec} inv = select(1.0f / l{x}, ({vec})({_empty_row_value(spec)}), l{x} == 0.0f);"]
+
+    def chunk(c: str, width: int) -> list[str]:
+        out = [f"const {vec} oc{i} = acc{x}[{c} + {i}] * inv;" for i in range(w)]
+        shuffles, rows = _transpose([f"oc{i}" for i in range(w)], w, "or")
+        out += shuffles
+        for r in range(w):
+            row = f"obase + (t0 + {x * w + r}) * sOt"
+            if contig and width == w:
+                store = f"vstore{w}({rows[r]}, 0, O + {row} + {c});"
             else:
-                stores.append(f"{{ float out_tile[16]; vstore16({value}, 0, out_tile); for (int i = 0; i < "
-                              f"{min(16, d - first)}; ++i) O[obase{r} + ({first} + i) * sOd] = out_tile[i]; }}")
-        finish += _finish_row(spec, r, stores)
-    nl2, nl3 = "\n  ", "\n    "
-    return f"""  {nl2.join(setup)}
-  for ({idx} s0 = 0; s0 < s_end; s0 += {KEY_BLOCK}) {{
-    {nl3.join(dots)}
-    float {', '.join(f'p{r}[{KEY_BLOCK}]' for r in range(rows))};
-    {nl3.join(per_row)}
-    const int n_max = (int)min(({idx}){KEY_BLOCK}, s_end - s0);
-    for (int j = 0; j < n_max; ++j) {{
-      const {idx} vr = vbase + (s0 + j) * sVr;
-      {(nl3 + '  ').join(accumulate)}
-    }}
-  }}
-  {nl2.join(finish)}"""
+                store = " ".join(f"O[{row} + ({c} + {i}) * sOd] = {rows[r]}.s{i:x};" for i in range(width))
+            out.append(f"if (t0 + {x * w + r} < T) {{ {store} }}")
+        return out
 
-
-def _block_scores(panel: bool, row: int) -> str:
-    return f"panel_dot{row}" if panel else "(float16)(" + ", ".join(f"dot{row}_{j}" for j in range(KEY_BLOCK)) + ")"
-
-
-def _vector_score(spec: AttentionSpec, row: int) -> str:
-    """`if (full block) { block = score program on float16 } else ` when the program allows vectors."""
-    if not vectorisable(spec.score):
-        return ""
-    inputs, loads = ["scores"], []
-    for e, layout in enumerate(spec.mask_layouts, start=1):
-        base = f"ebase{e}_{row}"
-        if layout == "contig":
-            value = f"vload16(0, E{e} + {base} + s0)"
-        elif layout == "bcast":
-            value = f"(float16)(E{e}[{base}])"
-        else:
-            value = "(float16)(" + ", ".join(f"E{e}[{base} + (s0 + {j}) * sE{e}s]" for j in range(KEY_BLOCK)) + ")"
-        loads.append(f"const float16 mv{e} = {value};")
-        inputs.append(f"mv{e}")
-    body, (result,) = program_statements(spec.score, inputs, prefix="vs", width=16)
-    lines = "\n        ".join(loads + body)
-    return f"""if (n_keys == {KEY_BLOCK}) {{
-        {lines}
-        block = {result};
-      }} else """
+    if full:
+        lines += [f"  for (int c = 0; c < {full}; c += {w}) {{"] + ["    " + s for s in chunk("c", w)] + ["  }"]
+    if d % w:
+        lines += ["  {"] + ["    " + s for s in chunk(str(full), d % w)] + ["  }"]
+    if spec.with_lse:
+        lse = f"m{x} + log(l{x})"
+        if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
+            lse = f"select({lse}, ({vec})(0.0f), l{x} == 0.0f)"
+        lines += [f"  float lse[{w}]; vstore{w}({lse}, 0, lse);",
+                  f"  for (int l = 0; l < {w}; ++l) {{ const {idx} t = t0 + {x * w} + l;",
+                  "    if (t < T) L[b * sLb + h * sLh + t * sLt] = lse[l]; }"]
+    return lines + ["}"]
 
 
 # ---------------------------------------------------------------- GPU: scalar, one key at a time
 
 
-def _scalar_body(spec: AttentionSpec) -> str:
+def _scalar_kernel(spec: AttentionSpec) -> str:
     idx, d = spec.index_type, spec.head_dim
-    score_lines, score = _score_statements(spec, "dot", "s", 0)
-    nl3 = "\n    "
-    store = f"for (int i = 0; i < {d}; ++i) O[obase0 + i * sOd] = acc[i] * inv_l0;"
-    finish = "\n  ".join(_finish_row(spec, 0, [store]))
-    return f"""  float q[{d}], acc[{d}];
-  for (int i = 0; i < {d}; ++i) {{ q[i] = Q[qbase0 + i * sQd]; acc[i] = 0.0f; }}
+    score_inputs, mask_loads = ["dot"], []
+    for e in range(1, spec.score.n_inputs):
+        c_type = C_TYPES[spec.score.input_dtypes[e]]
+        at = f"offE{e} + b * sE{e}b + h * sE{e}h + t * sE{e}t + s * sE{e}s"
+        mask_loads.append(f"const {c_type} mask{e} = E{e}[{at}];")
+        score_inputs.append(f"mask{e}")
+    body, (score,) = program_statements(spec.score, score_inputs, prefix="sc")
+    nl = "\n    "
+    lse = ""
+    if spec.with_lse:
+        value = "m0 + log(l0)"
+        if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
+            value = f"(l0 == 0.0f ? 0.0f : {value})"
+        lse = f"\n  L[b * sLb + h * sLh + t * sLt] = {value};"
+    return f"""  const {idx} gid = get_global_id(0);
+  if (gid >= B * H * T) return;
+  const {idx} t = gid % T, bh = gid / T, h = bh % H, b = bh / H, hk = h / G;
+  const {idx} qbase = offQ + b * sQb + h * sQh + t * sQr, obase = b * sOb + h * sOh + t * sOt;
+  const {idx} kbase = offK + b * sKb + hk * sKh, vbase = offV + b * sVb + hk * sVh;
+  const {idx} s_end = {'min(S, t + 1)' if spec.causal else 'S'};
+  float q[{d}], acc[{d}];
+  for (int i = 0; i < {d}; ++i) {{ q[i] = Q[qbase + i * sQd]; acc[i] = 0.0f; }}
   float m0 = -INFINITY, l0 = 0.0f;
   for ({idx} s = 0; s < s_end; ++s) {{
     const {idx} kr = kbase + s * sKr, vr = vbase + s * sVr;
     float dot = 0.0f;
     for (int i = 0; i < {d}; ++i) dot = fma(q[i], K[kr + i * sKd], dot);
-    {nl3.join(score_lines)}
+    {nl.join(mask_loads + body)}
     const float score = {score};
     const float m_new = fmax(m0, score);
     if (m_new == -INFINITY) continue;
@@ -305,4 +427,5 @@ def _scalar_body(spec: AttentionSpec) -> str:
     for (int i = 0; i < {d}; ++i) acc[i] = fma(p, V[vr + i * sVd], acc[i] * corr);
     m0 = m_new;
   }}
-  {finish}"""
+  const float inv_l = l0 == 0.0f ? {_empty_row_value(spec)} : 1.0f / l0;
+  for (int i = 0; i < {d}; ++i) O[obase + i * sOd] = acc[i] * inv_l;{lse}"""

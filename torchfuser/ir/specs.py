@@ -163,20 +163,19 @@ class ReductionSpec:
         return f"tf_reduction_{_short_hash(self.key_text())}"
 
 
-# Attention schedules: CPU devices give each work-item one query row, float16 vectors along the head dim
-# and blocks of 16 keys (no local memory); GPUs one query row per work-item with scalar loops, so
-# neighbouring work-items read the same key row at once.
-ATTENTION_CPU = "row_vector"
+# Attention schedules: CPU devices give each work-item vectors of consecutive query rows (one row per lane)
+# and walk blocks of keys with broadcast FMAs (no local memory); GPUs one query row per work-item with
+# scalar loops, so neighbouring work-items read the same key row at once.
+ATTENTION_CPU = "query_lanes"
 ATTENTION_GPU = "row_scalar"
-# along the head dim: stride 1 (vector loads) or any other; "keys" (k only): stride 1 along the keys (kᵀ
-# contiguous), so the CPU schedule gets 16 keys' scores as one vector FMA per head-dim element
-ATTENTION_LAYOUTS = ("contig", "strided", "keys")
-MASK_LAYOUTS = ("contig", "bcast", "strided")  # a mask along the keys: stride 1, stride 0, any other
+ATTENTION_LAYOUTS = ("contig", "strided")  # q, k, v and the output along the head dim: stride 1 or any other
+MASK_LAYOUTS = ("bcast", "strided")  # a mask along the queries (the CPU lanes): stride 0 (one load) or any
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """softmax(score(q·k, masks...)) @ v with an online softmax, one query row at a time.
+    """softmax(score(q·k, masks...)) @ v with an online softmax, `lanes` x `query_vectors` query rows per
+    work-item.
 
     `score` is an SSA program: input 0 the raw dot product q·k (fp32), inputs 1.. the mask operands read
     at (b, h, t, s) through their strides; its output is the softmax input (scale, additive or fill masks).
@@ -185,13 +184,14 @@ class AttentionSpec:
     score: Program
     head_dim: int
     layouts: tuple[str, ...]  # along the head dim, for q, k, v and the output
-    mask_layouts: tuple[str, ...] = ()  # along the keys, one per mask operand (score inputs 1..)
+    mask_layouts: tuple[str, ...] = ()  # along the queries, one per mask operand (score inputs 1..)
     causal: bool = False  # SDPA's is_causal: key s is seen by query t when s <= t
     masked_rows: str = "nan"  # a row with every score -inf: "nan" (softmax, as eager) or "zero" (SDPA)
     with_lse: bool = False  # also write logsumexp of the scores per row (what SDPA's backward reads)
     index_type: str = "int"
     schedule: str = ATTENTION_CPU
-    rows_per_item: int = 1  # query rows per work-item (row_vector): k and v loads shared between them
+    lanes: int = 16  # query_lanes: query rows per vector (4, 8 or 16); row_scalar: 1
+    query_vectors: int = 1  # query_lanes: vectors per work-item, each k and v load feeds one FMA per vector
 
     kind = "attention"
 
@@ -206,19 +206,25 @@ class AttentionSpec:
             raise ValueError("masked_rows is 'nan' or 'zero'")
         if self.schedule not in (ATTENTION_CPU, ATTENTION_GPU):
             raise ValueError(f"schedule is {ATTENTION_CPU!r} or {ATTENTION_GPU!r}")
-        if self.head_dim < 1 or self.index_type not in ("int", "long") or self.rows_per_item < 1:
-            raise ValueError("head_dim >= 1 and index_type 'int' or 'long'")
+        if self.head_dim < 1 or self.index_type not in ("int", "long") or self.query_vectors < 1:
+            raise ValueError("head_dim >= 1, index_type 'int' or 'long', query_vectors >= 1")
+        if self.lanes not in ((4, 8, 16) if self.schedule == ATTENTION_CPU else (1,)):
+            raise ValueError("lanes is 4, 8 or 16 on the CPU schedule, 1 on the GPU one")
 
     @property
     def n_masks(self) -> int:
         return self.score.n_inputs - 1
+
+    @property
+    def rows_per_item(self) -> int:
+        return self.lanes * self.query_vectors
 
     def key_text(self) -> str:
         return (
             f"attention head_dim={self.head_dim} layouts={','.join(self.layouts)} "
             f"masks={','.join(self.mask_layouts)} causal={int(self.causal)} "
             f"masked_rows={self.masked_rows} lse={int(self.with_lse)} index={self.index_type} "
-            f"schedule={self.schedule} rows={self.rows_per_item}\n{self.score.text()}"
+            f"schedule={self.schedule} lanes={self.lanes}x{self.query_vectors}\n{self.score.text()}"
         )
 
     @property

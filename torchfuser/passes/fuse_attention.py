@@ -13,6 +13,11 @@ Rule: two forms become `tf_attention(q, k, v, masks...)` (one launch, online sof
   nodes that aot puts around bmm, and read through their strides; LLaMA's repeat_kv (unsqueeze, expand,
   clone, view) becomes grouped-query indexing. A fully masked row gives NaN, as eager softmax does.
 
+Either form: when the graph's only use of the output [B, H, T, D] is a transpose to [B, T, H, D] made
+contiguous (permute(o, [0, 2, 1, 3]) → clone, what `.transpose(1, 2).contiguous()` / `.reshape(B, T, C)`
+give before the out-projection), the kernel writes that contiguous tensor itself through its output
+strides and the transpose copy disappears (the views after it stay: they cost nothing).
+
 Preconditions: float32 q, k, v of rank 4 with one head dim (q, k and v alike) and at least one key; no
 dropout (p = 0; eval dropout is absent or a clone); the scores and probabilities used by nothing else
 (output_attentions keeps the unfused ops). Runs first: fuse_gemm_epilogue would take the bmms and
@@ -22,8 +27,9 @@ fuse_reductions the softmax.
              e1 = expand(kt, [2, 4, 16, 8]); kv = view(e1, [8, 16, 8]); s = bmm(qv, kv)
              s4 = view(s, [2, 4, 8, 8]); d = div(s4, 4.0); a = add(d, mask); p = _softmax(a, -1, False)
              e2 = expand(p, [2, 4, 8, 8]); pv = view(e2, [8, 8, 8]); e3 = expand(v, [2, 4, 8, 16])
-             vv = view(e3, [8, 8, 16]); o = bmm(pv, vv); o4 = view(o, [2, 4, 8, 16]); return o4
-    after:   o4 = tf_attention_group0(q, k, v, mask); return o4
+             vv = view(e3, [8, 8, 16]); o = bmm(pv, vv); o4 = view(o, [2, 4, 8, 16])
+             t = permute(o4, [0, 2, 1, 3]); c = clone(t, memory_format=contiguous); y = view(c, [2, 8, 64])
+    after:   c = tf_attention_group0(q, k, v, mask); y = view(c, [2, 8, 64])
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ def fuse_attention(gm: fx.GraphModule) -> PassResult:
         else:
             continue
         if match is not None:
+            _absorb_heads_transpose(match)
             dead += _rewrite(gm, match, group + fused)
             fused += 1
     if fused:
@@ -77,6 +84,7 @@ class _Match:
         self.causal = False
         self.masked_rows = "nan"
         self.output_like_query = False
+        self.heads_last = False  # the kernel writes the [B, T, H, D] contiguous copy the graph makes next
         self.covered: list[fx.Node] = []  # the nodes the kernel replaces (provenance, erasure)
         self.output: fx.Node | None = None  # its uses get the attention output
         self.lse: fx.Node | None = None  # its uses get the logsumexp (SDPA in training)
@@ -304,6 +312,34 @@ def _score_program(scores4: fx.Node, chain: list, shape: tuple):
     return builder.build([result]), masks
 
 
+# ---------------------------------------------------------------- the output layout
+
+
+def _swaps_heads_and_rows(node: fx.Node) -> bool:
+    """permute(x, [0, 2, 1, 3]) or transpose(x, 1, 2) of a rank-4 x."""
+    if node.op != "call_function":
+        return False
+    if node.target is aten.permute.default:
+        return [d % 4 for d in node.args[1]] == [0, 2, 1, 3]
+    if node.target is aten.transpose.int:
+        return sorted(d % 4 for d in node.args[1:3]) == [1, 2]
+    return False
+
+
+def _absorb_heads_transpose(m: _Match) -> None:
+    """output → transpose(1, 2) → clone to contiguous, nothing else using the first two: the kernel's output
+    becomes the clone (a layout change only, so nothing to compute)."""
+    transpose = _only_user(m.output)
+    if transpose is None or not _swaps_heads_and_rows(transpose):
+        return
+    clone = _only_user(transpose)
+    meta = tensor_meta(clone) if clone is not None else None
+    if clone is None or clone.target is not aten.clone.default or meta is None or not meta.is_contiguous():
+        return
+    m.covered += [transpose, clone]
+    m.output, m.heads_last = clone, True
+
+
 # ---------------------------------------------------------------- the rewrite
 
 
@@ -317,7 +353,7 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> list[fx.Node]:
             k = graph.call_function(aten.permute.default, (kt, SWAP_LAST_TWO))
         k.meta["val"] = tensor_meta(kt).permute(SWAP_LAST_TWO)
     kernel = AttentionKernel(m.score, group, causal=m.causal, masked_rows=m.masked_rows, with_lse=m.lse is not None,
-                             output_like_query=m.output_like_query)
+                             output_like_query=m.output_like_query, heads_last=m.heads_last)
     position = {n: i for i, n in enumerate(graph.nodes)}
     covered = sorted(set(m.covered), key=position.__getitem__)
     out_val = m.output.meta["val"]

@@ -3,7 +3,9 @@
 Inputs are q [B, H, T, D], k and v [B, Hkv, S, D] (H a multiple of Hkv: query head h reads kv head
 h // (H / Hkv)) and the score program's mask operands, each broadcastable to [B, H, T, S]; everything is
 read through its strides, so transposed [B, T, H, D] views cost no copy. The output is laid out as eager
-lays it out: like q for SDPA (empty_like), contiguous for the explicit matmul pattern.
+lays it out: like q for SDPA (empty_like), contiguous for the explicit matmul pattern; or, when the graph
+transposes it to [B, T, H, D] and makes that contiguous right after (heads_last), the kernel writes that
+tensor itself through its strides.
 """
 
 from __future__ import annotations
@@ -21,30 +23,32 @@ from torchfuser.runtime.launch import INT32_MAX, FusedKernel, Launch, _contiguou
 
 class AttentionLaunch(Launch):
     strides: list = []  # per input: its 4 strides (0 along broadcast dims)
+    out_strides: tuple = ()  # the output's strides along (b, h, t, d), whatever its own dim order
 
     def arguments(self, in_buffers, in_offsets, out_buffers):
         index = np.int64 if self.spec.index_type == "long" else np.int32
         args = []
         for buffer, offset, strides in zip(in_buffers, in_offsets, self.strides):
             args += [buffer, index(offset), *map(index, strides)]
-        (out_shape, out_stride, _), *rest = self.outputs
-        args += [out_buffers[0], *map(index, out_stride)]
-        if rest:
-            args += [out_buffers[1], *map(index, rest[0][1])]
+        args += [out_buffers[0], *map(index, self.out_strides)]
+        if len(self.outputs) > 1:
+            args += [out_buffers[1], *map(index, self.outputs[1][1])]
         return args + [index(x) for x in self.scalars]
 
 
-def rows_per_group(rows: int) -> int:
-    """Small work-groups, 16 or more per launch: PoCL's own choice (groups of thousands) can leave one of
-    two threads with most of the rows."""
-    return max(1, min(64, 1 << max(rows // 16, 1).bit_length() - 1))
+def cpu_tile(t: int) -> tuple[int, int]:
+    """(lanes, query vectors) per work-item on CPU devices. Two vectors of 16 rows share every k and v
+    load (GPT-2 shapes, PoCL on AVX-512: ~1.3x one vector); short query lengths take narrower vectors
+    rather than computing rows past T."""
+    if t >= 32:
+        return 16, 2
+    return (16, 1) if t > 8 else (8, 1) if t > 4 else (4, 1)
 
 
-def cpu_rows_per_item(keys_contiguous: bool) -> int:
-    """Query rows per work-item on CPU devices. With kᵀ contiguous, 4 rows share each 16-key load: 1.6x
-    faster than 1 row at head dims 64 and 128 (B=8, H=12, T=S=128, PoCL on AVX-512). Otherwise (a dot
-    product per key, summed across lanes) 2 or 4 rows measured 1.1-1.7x slower than 1: registers spill."""
-    return 4 if keys_contiguous else 1
+def items_per_group(items: int) -> int:
+    """Small work-groups: PoCL's own choice (groups of thousands) can leave one of two threads with most
+    of the work; consecutive items (the tiles of one head) share a group and their k and v in cache."""
+    return max(1, min(4, items // 16))
 
 
 def sdpa_output_strides(q) -> tuple:
@@ -58,11 +62,12 @@ class AttentionKernel(FusedKernel):
     kind = "attention"
 
     def __init__(self, score: Program, group: int, *, causal=False, masked_rows="nan", with_lse=False,
-                 output_like_query=False):
+                 output_like_query=False, heads_last=False):
         super().__init__(group)
         self.score = score
         self.causal, self.masked_rows, self.with_lse = causal, masked_rows, with_lse
         self.output_like_query = output_like_query
+        self.heads_last = heads_last  # the output is [B, T, H, D], contiguous
 
     # ------------------------------------------------------------ PyTorch meaning (fallback, tests)
 
@@ -77,7 +82,8 @@ class AttentionKernel(FusedKernel):
         probs = torch.softmax(scores, -1)
         if self.masked_rows == "zero":
             probs = probs.masked_fill((scores == -math.inf).all(-1, keepdim=True), 0.0)
-        out = self._empty_output(q).copy_(probs @ v)
+        out = probs @ v
+        out = out.transpose(1, 2).contiguous() if self.heads_last else self._empty_output(q).copy_(out)
         if not self.with_lse:
             return out
         lse = torch.logsumexp(scores, -1)
@@ -101,24 +107,31 @@ class AttentionKernel(FusedKernel):
         strides = [broadcast_strides((b, h, t, d), q), broadcast_strides((b, hkv, s, d), k),
                    broadcast_strides((b, hkv, s, d), v)]
         strides += [broadcast_strides((b, h, t, s), m) for m in masks]
-        out_stride = self._output_strides(q)
-        outputs = [((b, h, t, d), out_stride, q.dtype)]
+        if self.heads_last:
+            out_shape, out_stride = (b, t, h, d), tuple(_contiguous_strides([b, t, h, d]))
+            out_strides = (out_stride[0], out_stride[2], out_stride[1], out_stride[3])
+        else:
+            out_shape, out_stride = (b, h, t, d), self._output_strides(q)
+            out_strides = out_stride
+        outputs = [(out_shape, out_stride, q.dtype)]
         if self.with_lse:
             outputs.append(((b, h, t), (t * h, 1, h), torch.float32))
-        layouts = tuple("contig" if st[3] == 1 or d == 1 else "strided" for st in (*strides[:3], out_stride))
-        if device_type == "CPU" and strides[1][2] == 1 and s > 1:  # kᵀ contiguous: fuse_attention's copy
-            layouts = (layouts[0], "keys", *layouts[2:])
-        mask_layouts = tuple("bcast" if st[3] == 0 else "contig" if st[3] == 1 else "strided" for st in strides[3:])
+        layouts = tuple("contig" if st[3] == 1 or d == 1 else "strided" for st in (*strides[:3], out_strides))
+        mask_layouts = tuple("bcast" if st[2] == 0 else "strided" for st in strides[3:])
         reach = max([b * h * t * max(d, s)] + [extent(x) for x in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
-        schedule = ATTENTION_CPU if device_type == "CPU" else ATTENTION_GPU
-        rows_per_item = cpu_rows_per_item(layouts[1] == "keys") if schedule == ATTENTION_CPU else 1
-        spec = AttentionSpec(self.score, d, layouts, mask_layouts, self.causal, self.masked_rows, self.with_lse,
-                             index_type, schedule, rows_per_item)
-        rows = b * h * -(-t // rows_per_item)  # work-items
-        local = rows_per_group(rows) if device_type == "CPU" else 64
-        launch = AttentionLaunch(spec, (-(-max(rows, 1) // local) * local,), outputs,
-                                 [b, h, t, s, h // hkv], empty=rows == 0 or d == 0)
+        if device_type == "CPU":
+            lanes, vectors = cpu_tile(t)
+            items = b * h * -(-t // (lanes * vectors))
+            local = items_per_group(items)
+            spec = AttentionSpec(self.score, d, layouts, mask_layouts, self.causal, self.masked_rows,
+                                 self.with_lse, index_type, ATTENTION_CPU, lanes, vectors)
+        else:
+            items, local = b * h * t, 64
+            spec = AttentionSpec(self.score, d, layouts, mask_layouts, self.causal, self.masked_rows,
+                                 self.with_lse, index_type, ATTENTION_GPU, 1, 1)
+        launch = AttentionLaunch(spec, (-(-max(items, 1) // local) * local,), outputs,
+                                 [b, h, t, s, h // hkv], empty=items == 0 or d == 0)
         launch.local_size = (local,)
-        launch.strides = strides
+        launch.strides, launch.out_strides = strides, out_strides
         return launch

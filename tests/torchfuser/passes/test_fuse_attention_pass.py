@@ -76,3 +76,42 @@ def test_dropout_in_training_is_not_fused():
 def test_pipeline_order():
     assert PIPELINE[0] == "fuse_attention"
     assert PIPELINE.index("fuse_attention") < PIPELINE.index("fuse_gemm_epilogue") < PIPELINE.index("fuse_reductions")
+
+
+def merged_heads(q, k, v):
+    """GPT-2's tail: attention, then [B, H, T, D] → [B, T, H·D] for the out-projection."""
+    b, h, t, d = q.shape
+    return (torch.softmax(q @ k.transpose(-1, -2) * d**-0.5, dim=-1) @ v).transpose(1, 2).reshape(b, t, h * d)
+
+
+def test_heads_transpose_copy_becomes_the_kernel_output():
+    q, k, v = (torch.randn(2, 4, 8, 32) for _ in range(3))
+    gm = aten_graph(merged_heads, q, k, v)
+    *_, transpose, copy, merge = ops(gm)
+    assert [n.target.__name__ for n in (transpose, copy, merge)] == ["permute.default", "clone.default",
+                                                                      "view.default"]
+    result = fuse_attention(gm)
+    assert result.modified and result.stats["nodes_after"] == 2
+    (node,) = kernels(result.gm)
+    assert node.target.heads_last
+    assert {transpose.name, copy.name} <= set(node.meta["torchfuser_covers"])
+    assert tuple(node.meta["val"].shape) == (2, 8, 4, 32) and node.meta["val"].is_contiguous()
+    assert [n.target for n in ops(result.gm)][1] is torch.ops.aten.view.default  # only the free view is left
+    actual = result.gm(q, k, v)
+    assert_close(actual, merged_heads(q, k, v))
+    assert actual.is_contiguous()
+    assert not fuse_attention(result.gm).modified
+
+
+def test_heads_transpose_kept_when_the_output_has_other_users():
+    def also_returns_heads(q, k, v):
+        o = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+        return o, o.transpose(1, 2).contiguous()
+
+    q, k, v = (torch.randn(1, 2, 5, 32) for _ in range(3))
+    result = fuse_attention(aten_graph(also_returns_heads, q, k, v))
+    (node,) = kernels(result.gm)
+    assert not node.target.heads_last
+    assert "clone" in {n.target.__name__.split(".")[0] for n in ops(result.gm)}
+    for actual, expected in zip(result.gm(q, k, v), also_returns_heads(q, k, v)):
+        assert_close(actual, expected)
