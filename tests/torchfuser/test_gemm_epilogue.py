@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchfuser
+import torchfuser.runtime.gemm_launch as gemm_launch
 from eager_compare import assert_close
 
 ACTIVATIONS = {
@@ -253,7 +254,7 @@ def test_batched_matmul_extern_variant(monkeypatch):
     import torchfuser.runtime.gemm_launch as gemm_launch
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
-    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ())
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     fn = lambda a, b: torch.relu(torch.bmm(a, b)) * 2  # noqa: E731
     a, b = torch.randn(4, 9, 12), torch.randn(4, 12, 10)
@@ -270,3 +271,30 @@ def test_a_kernel_result_as_the_packed_operand_is_complete_before_packing():
     compiled = torchfuser.compile(fn)
     for _ in range(3):
         assert_close(compiled(a, b), fn(a, b), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("variant,batched", [(v, False) for v in gemm_launch.PACKED_VARIANTS]
+                         + [(gemm_launch.PACKED_VARIANTS[0], True)])
+def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(variant, batched, monkeypatch, tmp_path):
+    """K spans several K blocks, M and N end in partial tiles, N has full panels too: partial sums pass
+    through C between blocks except on the ragged last panel. Every variant of the search space."""
+    import torchfuser.runtime.autotune as autotune
+
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+
+    def fn(a, w, bias, residual):
+        return residual + F.gelu(a @ w.transpose(-2, -1) + bias) * 0.5
+
+    m, k, n = 37, 600, 2 * 32 + 64 + 13  # several K blocks; full 32- and 64-wide panels and a ragged one
+    batch = (3,) if batched else ()
+    a, w = torch.randn(*batch, m, k), torch.randn(*batch, n, k) / k**0.5
+    bias, residual = torch.randn(n), torch.randn(*batch, m, n)
+    a[..., 5, 7] = float("inf")  # a non-finite input spreads down its row only, as in eager
+    with torch.no_grad():
+        assert_close(torchfuser.compile(fn)(a, w, bias, residual), fn(a, w, bias, residual), rtol=1e-4, atol=1e-4)
+    (gemm,) = [kernel for kernel in torchfuser.last_report().kernels if kernel.kind == "gemm"]
+    tm, tn, kb, rb = variant
+    assert f"tile={tm}x{tn}" in gemm.spec and f"k_block={kb} row_blocks={rb}" in gemm.spec

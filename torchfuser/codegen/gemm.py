@@ -4,8 +4,9 @@ Both schedules give each work-item a tile_m × tile_n block of C accumulated in 
 clamp their loads to a valid row and skip their stores.
 - strided: A and B read through their strides (a transposed weight costs no copy); any device.
 - packed (CPU): B pre-packed into [N/tile_n][K][tile_n] panels so each k step is tile_n/16 contiguous
-  float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). The
-  epilogue runs on float16 vectors when the program allows it, else element by element.
+  float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). K is
+  blocked so a slice of the panel stays in L1 while a stack of row tiles passes over it (the BLIS loop
+  order). The epilogue runs on float16 vectors when the program allows it, else element by element.
 """
 
 from __future__ import annotations
@@ -47,18 +48,71 @@ def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
 
 
 def packed_gemm_source(spec: GemmSpec) -> str:
+    """Each work-item owns row_blocks tiles of tile_m x tile_n, stacked along M, over one B panel. K runs in
+    blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
+    of the stack passes over it, partial sums going through C between blocks (they are float32, as C is).
+    The last panel of a ragged N has no room for partial sums in C, so it takes K in one block."""
     idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
     vectors = tn // 16
     vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
     params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
               f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
               "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
-    declare = "\n  ".join(f"float16 acc{v}[{tm}];" for v in range(vectors))
-    zero = " ".join(f"acc{v}[i] = (float16)0.0f;" for v in range(vectors))
+    acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
+    rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;" for i in range(tm))
+    # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
+    start = "\n      ".join(
+        f"float16 {acc[i][v]} = k0 == 0 ? (float16)0.0f : vload16(0, C + min(m0 + {i}, M - 1) * N + n0 + {16 * v});"
+        for i in range(tm) for v in range(vectors))
     load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
-    fmas = " ".join(f"acc{v}[i] = fma(a, b{v}, acc{v}[i]);" for v in range(vectors))
+    fmas = "\n        ".join(
+        f"{{ const float16 a = (float16)(a{i}[k * sak]); "
+        + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
+        for i in range(tm))
+    partial = "\n      ".join(
+        f"if (m0 + {i} < M) {{ " + " ".join(f"vstore16({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {16 * v});"
+                                          for v in range(vectors)) + " }"
+        for i in range(tm))
+    finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
+__kernel void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  const {idx} nb = get_global_id(0);
+  const {idx} n0 = nb * {tn};
+  const {idx} stack0 = ({idx})get_global_id(1) * {tm * spec.row_blocks};
+  if (stack0 >= M) return;
+  {_batch_prologue(spec, "Bp")}
+  __global const float* panel = Bp + nb * K * {tn};
+  const {idx} kc = n0 + {tn} <= N ? {spec.k_block or "K"} : max(K, ({idx})1);
+  for ({idx} k0 = 0; k0 == 0 || k0 < K; k0 += kc) {{
+    const {idx} kend = min(K, k0 + kc);
+    for (int s = 0; s < {spec.row_blocks}; ++s) {{
+      const {idx} m0 = stack0 + s * {tm};
+      if (m0 >= M) break;
+      {rows}
+      {start}
+      __global const float* bk = panel + k0 * {tn};
+      for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{
+        {load_b}
+        {fmas}
+      }}
+      if (kend < K) {{
+      {partial}
+      }} else {{
+      {finish}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
+    """Epilogue and store of tile row i: float16 at a time on full panels, element by element on the tail."""
+    tn = spec.tile_n
     full_tile = []
-    for v in range(vectors):
+    for v, value in enumerate(acc):
         loads = []
         for e, layout in enumerate(spec.extra_layouts, start=1):
             c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
@@ -67,55 +121,16 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                 f"vload16(0, E{e} + {where} + n0 + {16 * v});" if layout == "row" else f"(float16)(({c_type})E{e}[{where}]);"
             ))
         body, (result,) = program_statements(
-            spec.epilogue, [f"acc{v}[i]"] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
-            prefix=f"w{v}_", width=16,
+            spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
+            prefix=f"w{i}_{v}_", width=16,
         )
         full_tile += loads + body + [f"vstore16({result}, 0, C + m * N + n0 + {16 * v});"]
-    spill = " ".join(f"vstore16(acc{v}[i], {v}, tile);" for v in range(vectors))
-    tail = "\n          ".join(_scalar_epilogue(spec, "tile[j]") + ["C[m * N + n] = r;"])
-    full = "\n          ".join(full_tile)
-    vector_branch = f"""if (n0 + {tn} <= N) {{
-          {full}
-        }} else """ if vector_epilogue else ""
-    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
-__kernel void {spec.kernel_name}(
-    {(","+chr(10)+"    ").join(params)})
-{{
-  const {idx} nb = get_global_id(0);
-  const {idx} n0 = nb * {tn};
-  const {idx} m0 = ({idx})get_global_id(1) * {tm};
-  if (m0 >= M) return;
-  {_batch_prologue(spec, "Bp")}
-  {declare}
-  {idx} arow[{tm}];
-  #pragma unroll
-  for (int i = 0; i < {tm}; ++i) {{ {zero} arow[i] = offA + (m0 + i < M ? m0 + i : M - 1) * sam; }}
-  __global const float* panel = Bp + nb * K * {tn};
-  for ({idx} k = 0; k < K; ++k) {{
-    __global const float* bk = panel + k * {tn};
-    {load_b}
-    #pragma unroll
-    for (int i = 0; i < {tm}; ++i) {{
-      const float16 a = (float16)(A[arow[i] + k * sak]);
-      {fmas}
-    }}
-  }}
-  #pragma unroll
-  for (int i = 0; i < {tm}; ++i) {{
-    const {idx} m = m0 + i;
-    if (m < M) {{
-      {vector_branch}{{
-        float tile[{tn}];
-        {spill}
-        for (int j = 0; j < {tn} && n0 + j < N; ++j) {{
-          const {idx} n = n0 + j;
-          {tail}
-        }}
-      }}
-    }}
-  }}
-}}
-"""
+    spill = " ".join(f"vstore16({value}, {v}, tile);" for v, value in enumerate(acc))
+    tail = " ".join(_scalar_epilogue(spec, "tile[j]") + ["C[m * N + n] = r;"])
+    vector_branch = f"if (n0 + {tn} <= N) {{ {' '.join(full_tile)} }} else " if vector_epilogue else ""
+    return (f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {vector_branch}"
+            f"{{ float tile[{tn}]; {spill} for (int j = 0; j < {tn} && n0 + j < N; ++j) "
+            f"{{ const {spec.index_type} n = n0 + j; {tail} }} }} }}")
 
 
 def strided_gemm_source(spec: GemmSpec) -> str:

@@ -85,6 +85,8 @@ class GemmSpec:
     # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe).
     schedule: str = "strided"
     extra_layouts: tuple[str, ...] = ()  # packed: per extra input "row" (n-contiguous), "bcast" or "strided"
+    k_block: int = 0  # packed: K in blocks of this many (0: all of K at once)
+    row_blocks: int = 1  # packed: row tiles per work-item, each passing over the same K block of the panel
 
     kind = "gemm"
 
@@ -95,6 +97,8 @@ class GemmSpec:
             raise ValueError("schedule is 'strided' or 'packed'")
         if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
             raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
+        if self.k_block < 0 or self.row_blocks < 1:
+            raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
             raise ValueError("epilogue input 0 is the accumulator")
         if len(self.epilogue.outputs) != 1:
@@ -107,7 +111,8 @@ class GemmSpec:
     def key_text(self) -> str:
         return (
             f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n} "
-            f"schedule={self.schedule} extras={','.join(self.extra_layouts)}\n"
+            f"schedule={self.schedule} extras={','.join(self.extra_layouts)} "
+            f"k_block={self.k_block} row_blocks={self.row_blocks}\n"
             f"{self.epilogue.text()}"
         )
 

@@ -23,7 +23,7 @@ import torch
 from torchfuser.runtime.gemm_launch import GemmKernel, GemmVariant, candidate_variants, default_variant
 from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
 
-DB_VERSION = 1
+DB_VERSION = 2  # 2: packed variants carry their K block and row tiles
 REPEATS = 5
 PROGRESS_AFTER_SECONDS = 1.0
 SEARCH_MIN_FLOPS = 2e7  # below this a GEMM takes microseconds: a search (builds!) costs more than it wins

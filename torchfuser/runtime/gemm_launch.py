@@ -24,39 +24,49 @@ from torchfuser.runtime.launch import (
 
 @dataclass(frozen=True)
 class GemmVariant:
-    """One way to run a GEMM: a schedule of the template (with its tile), or the host BLAS + epilogue."""
+    """One way to run a GEMM: a schedule of the template (tile, K block, row tiles per work-item), or the
+    host BLAS + epilogue."""
 
     schedule: str  # packed | strided | extern
     tile_m: int = 0
     tile_n: int = 0
+    k_block: int = 0
+    row_blocks: int = 1
 
     @property
     def name(self) -> str:
-        return self.schedule if self.schedule == "extern" else f"{self.schedule} {self.tile_m}x{self.tile_n}"
+        if self.schedule == "extern":
+            return "extern"
+        blocking = f" k{self.k_block} r{self.row_blocks}" if self.schedule == "packed" else ""
+        return f"{self.schedule} {self.tile_m}x{self.tile_n}{blocking}"
 
     @classmethod
     def parse(cls, name: str) -> "GemmVariant":
-        schedule, _, tile = name.partition(" ")
+        schedule, *fields = name.split()
         if schedule == "extern":
             return cls("extern")
-        tile_m, tile_n = (int(v) for v in tile.split("x"))
-        return cls(schedule, tile_m, tile_n)
+        tile_m, tile_n = (int(v) for v in fields[0].split("x"))
+        blocking = {f[0]: int(f[1:]) for f in fields[1:]}
+        return cls(schedule, tile_m, tile_n, blocking.get("k", 0), blocking.get("r", 1))
 
 
-PACKED_TILES = ((8, 32), (8, 48), (6, 32), (4, 64), (4, 32), (8, 16))  # the autotuner's CPU search space
+# the autotuner's CPU search space: (tile_m, tile_n, k_block, row_blocks). 8x32 is 16 float16 accumulators
+# (half the AVX-512 registers); a 256-deep K block of a 32-wide panel is 32 KiB, inside L1.
+PACKED_VARIANTS = ((8, 32, 256, 8), (8, 32, 128, 16), (8, 32, 192, 8), (8, 32, 256, 2), (4, 64, 128, 8),
+                   (8, 32, 0, 1), (8, 16, 256, 8))
 
 
 def default_variant(device_type: str, n: int) -> GemmVariant:
-    """The no-search choice: the packed 8x32 recipe on CPUs (8x16 for narrow outputs), strided elsewhere."""
+    """The no-search choice: packed 8x32 (8x16 for narrow outputs) K-blocked by 256 on CPUs, strided elsewhere."""
     if device_type == "CPU":
-        return GemmVariant("packed", 8, 32 if n > 16 else 16)
+        return GemmVariant("packed", 8, 32 if n > 16 else 16, 256, 8)
     return GemmVariant("strided", 4, 8)
 
 
 def candidate_variants(device) -> list[GemmVariant]:
     if device.type_name != "CPU":
         return [GemmVariant("strided", tm, tn) for tm, tn in ((4, 8), (2, 4), (8, 4))]
-    found = [GemmVariant("packed", tm, tn) for tm, tn in PACKED_TILES]
+    found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS]
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
 
 
@@ -156,17 +166,20 @@ class GemmKernel(FusedKernel):
         reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
+        packed = variant.schedule == "packed"
         spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
-                        variant.schedule, layouts)
-        panels, row_blocks = -(-n // spec.tile_n), -(-m // spec.tile_m)
-        rows_per_group = 4 if row_blocks % 4 == 0 else 1  # groups of a few row blocks share a B panel
-        grid = (panels, row_blocks, batch)
+                        variant.schedule, layouts, variant.k_block if packed else 0, variant.row_blocks if packed else 1)
+        panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
+        if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
+            grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
+        else:  # groups of a few row tiles share a B panel
+            grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
         a_strides = _mnb(a.stride(), a.dim())
         b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
         out = (out_shape, tuple(torch.empty(out_shape, device="meta").stride()),
                TORCH_DTYPES[self.epilogue.output_dtypes[0]])
         launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
-                            empty=batch * m * n == 0, local_size=(1, rows_per_group, 1))
+                            empty=batch * m * n == 0, local_size=local)
         launch.packer = self.packer
         return launch
 

@@ -21,7 +21,7 @@ def tuning(tmp_path, monkeypatch):
     """Autotuning on, a private cache dir, and a two-tile search space so tests stay quick."""
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ((8, 32), (4, 16)))
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ((8, 32, 256, 8), (4, 16, 0, 1)))
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)  # the test shapes are small
     return tmp_path
 
@@ -42,7 +42,7 @@ def test_the_search_times_every_candidate_and_keeps_a_correct_winner(tuning):
     kernel = compile_and_check(model(), torch.randn(33, 48))
     record = kernel["tuning"]
     assert record["source"] == "tuned"
-    assert set(record["candidates"]) == {"packed 8x32", "packed 4x16", "extern"}
+    assert set(record["candidates"]) == {"packed 8x32 k256 r8", "packed 4x16 k0 r1", "extern"}
     assert record["winner"] in record["candidates"] and all(t > 0 for t in record["candidates"].values())
     stored = json.loads((tuning / "tuning.json").read_text())
     (entries,) = stored["devices"].values()
@@ -71,11 +71,11 @@ def test_a_damaged_database_is_ignored_with_a_warning_and_rewritten(tuning):
     with pytest.warns(RuntimeWarning, match="damaged tuning database"):
         kernel = compile_and_check(model(), torch.randn(9, 48))
     assert kernel["tuning"]["source"] == "tuned"
-    assert json.loads((tuning / "tuning.json").read_text())["version"] == 1
+    assert json.loads((tuning / "tuning.json").read_text())["version"] == autotune.DB_VERSION
 
 
 def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch):
-    monkeypatch.setattr(gemm_launch, "PACKED_TILES", ())  # only the host BLAS is left to choose
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())  # only the host BLAS is left to choose
     x = torch.randn(17, 48)
     kernel = compile_and_check(model(), x)
     assert kernel["tuning"]["winner"] == "extern"
@@ -86,7 +86,7 @@ def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch)
 def test_autotune_off_takes_the_heuristic(tuning, monkeypatch):
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "0")
     kernel = compile_and_check(model(), torch.randn(5, 48))
-    assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "packed 8x32"
+    assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "packed 8x32 k256 r8"
     assert any("once per weight version" in t for t in kernel["transforms"])
     assert not (tuning / "tuning.json").exists()
 
