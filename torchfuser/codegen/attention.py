@@ -131,7 +131,15 @@ def _lanes_kernel(spec: AttentionSpec) -> str:
     lines += [f"{vec} m{x} = ({vec})(-INFINITY), l{x} = ({vec})(0.0f);" for x in range(nvec)]
     lines.append(f"const {idx} s_end = {'min(S, t_last + 1)' if spec.causal else 'S'};")
     lines.append(f"for ({idx} s0 = 0; s0 < s_end; s0 += {KEY_BLOCK}) {{")
-    lines += ["  " + line for line in _key_block(spec)]
+    if spec.causal and nvec > 1:  # vectors whose rows all precede the block are skipped
+        for first in range(nvec - 1, 0, -1):
+            lines.append(f"  {'if' if first == nvec - 1 else '} else if'} (s0 >= t0 + {first * w}) {{")
+            lines += ["    " + line for line in _key_block(spec, range(first, nvec))]
+        lines.append("  } else {")
+        lines += ["    " + line for line in _key_block(spec, range(nvec))]
+        lines.append("  }")
+    else:
+        lines += ["  " + line for line in _key_block(spec, range(nvec))]
     lines.append("}")
     for x in range(nvec):
         lines += _store_rows(spec, x)
@@ -173,34 +181,41 @@ def _load_q(spec: AttentionSpec) -> list[str]:
     return lines
 
 
-def _key_block(spec: AttentionSpec) -> list[str]:
-    """One block of KEY_BLOCK keys: scores, score program, masking, online softmax, p·v."""
-    idx, w, nvec, d, kb = spec.index_type, spec.lanes, spec.query_vectors, spec.head_dim, KEY_BLOCK
+def _key_block(spec: AttentionSpec, live: range) -> list[str]:
+    """One block of KEY_BLOCK keys for the query vectors `live`: scores, score program, masking, online
+    softmax, p·v."""
+    idx, w, d, kb = spec.index_type, spec.lanes, spec.head_dim, KEY_BLOCK
     vec = f"float{w}"
     kd = "" if spec.layouts[1] == "contig" else " * sKd"
     lines = [f"const int n_keys = (int)min(({idx}){kb}, s_end - s0);",
-             f"const {idx} krow = kbase + s0 * sKr, vrow = vbase + s0 * sVr;"]
-    lines += [f"{vec} sc{x}_{j} = ({vec})(0.0f);" for j in range(kb) for x in range(nvec)]
+             f"__global const float* restrict kb = K + kbase + s0 * sKr;",
+             f"__global const float* restrict vb = V + vbase + s0 * sVr;"]
+    lines += [f"{vec} sc{x}_{j} = ({vec})(0.0f);" for j in range(kb) for x in live]
     for full in (True, False):  # a full block, then the last partial one (rows clamped to the last key)
         lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
-        lines.append(f"  for (int i = 0; i < {d}; ++i) {{")
-        lines += [f"    const {vec} qv{x} = qt{x}[i];" for x in range(nvec)]
+        lines.append(f"  for (long i = 0; i < {d}; ++i) {{")  # 64-bit: row + i is one addressing mode
+        lines += [f"    const {vec} qv{x} = qt{x}[i];" for x in live]
         for j in range(kb):
-            row = f"{j}" if full else f"min({j}, n_keys - 1)"
-            fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in range(nvec))
-            lines.append(f"    {{ const {vec} kj = ({vec})(K[krow + {row} * sKr + i{kd}]); {fmas} }}")
+            row = _row_offset(spec.kv_row_strides[0], "sKr", j) if full else f"min({j}, n_keys - 1) * sKr"
+            fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in live)
+            lines.append(f"    {{ const {vec} kj = ({vec})(kb[{row} + i{kd}]); {fmas} }}")
         lines.append("  }")
     lines.append("}")
-    lines += _score_program(spec)
-    for x in range(nvec):
+    lines += _score_program(spec, live)
+    for x in live:
         lines += _online_softmax(spec, x)
-    lines += _weighted_values(spec)
+    lines += _weighted_values(spec, live)
     return lines
 
 
-def _score_program(spec: AttentionSpec) -> list[str]:
+def _row_offset(constant: int, name: str, j: int) -> str:
+    """Key row j's offset from the block's first row: a literal when the row stride is a constant."""
+    return str(j * constant) if constant else f"{j} * {name}"
+
+
+def _score_program(spec: AttentionSpec, live: range) -> list[str]:
     """Replace each raw score by the score program's value, then mask causal keys and the tail."""
-    w, nvec, kb = spec.lanes, spec.query_vectors, KEY_BLOCK
+    w, kb = spec.lanes, KEY_BLOCK
     vec = f"float{w}"
     lines = []
     identity = spec.score.n_inputs == 1 and not spec.score.instrs
@@ -208,14 +223,14 @@ def _score_program(spec: AttentionSpec) -> list[str]:
         lines.append(f"const {spec.index_type} " + ", ".join(f"key{j} = min(s0 + {j}, S - 1)" for j in range(kb)) + ";")
         vector = _vector_program(spec)
         for j in range(kb):
-            for x in range(nvec):
+            for x in live:
                 lines += ["{"] + ["  " + line for line in (
                     vector(x, j) if vector else _lane_program(spec, x, j))] + ["}"]
     for j in range(kb):
-        for x in range(nvec):
+        for x in live:
             if spec.causal:  # key s is seen by row t when s <= t
                 lines.append(f"sc{x}_{j} = select(sc{x}_{j}, ({vec})(-INFINITY), (int{w})((int)s0 + {j}) > tq{x});")
-        tail = " ".join(f"sc{x}_{j} = ({vec})(-INFINITY);" for x in range(nvec))
+        tail = " ".join(f"sc{x}_{j} = ({vec})(-INFINITY);" for x in live)
         lines.append(f"if ({j} >= n_keys) {{ {tail} }}")
     return lines
 
@@ -322,28 +337,29 @@ def _online_softmax(spec: AttentionSpec, x: int) -> list[str]:
     ]
 
 
-def _weighted_values(spec: AttentionSpec) -> list[str]:
+def _weighted_values(spec: AttentionSpec, live: range) -> list[str]:
     """acc[i] = acc[i] * corr + sum_j p_j * v[j][i]: PV_UNROLL head-dim elements at a time (independent FMA
     chains), each v element broadcast once for every query vector."""
-    w, nvec, d, kb = spec.lanes, spec.query_vectors, spec.head_dim, KEY_BLOCK
+    w, d, kb = spec.lanes, spec.head_dim, KEY_BLOCK
     vec, vd = f"float{w}", "" if spec.layouts[2] == "contig" else " * sVd"
     lines = []
 
     def steps(start: str, count: int, full: bool) -> list[str]:
-        out = [f"{vec} o{x}_{u} = acc{x}[{start} + {u}] * corr{x};" for x in range(nvec) for u in range(count)]
+        out = [f"{vec} o{x}_{u} = acc{x}[{start} + {u}] * corr{x};" for x in live for u in range(count)]
         for j in range(kb):
+            row = _row_offset(spec.kv_row_strides[1], "sVr", j)
             for u in range(count):
-                fmas = " ".join(f"o{x}_{u} = fma(p{x}_{j}, vj, o{x}_{u});" for x in range(nvec))
-                load = f"const {vec} vj = ({vec})(V[vrow + {j} * sVr + ({start} + {u}){vd}]);"
+                fmas = " ".join(f"o{x}_{u} = fma(p{x}_{j}, vj, o{x}_{u});" for x in live)
+                load = f"const {vec} vj = ({vec})(vb[{row} + ({start} + {u}){vd}]);"
                 out.append(f"{{ {load} {fmas} }}" if full else f"if ({j} < n_keys) {{ {load} {fmas} }}")
-        out += [f"acc{x}[{start} + {u}] = o{x}_{u};" for x in range(nvec) for u in range(count)]
+        out += [f"acc{x}[{start} + {u}] = o{x}_{u};" for x in live for u in range(count)]
         return out
 
     main, rest = d - d % PV_UNROLL, d % PV_UNROLL
     for full in (True, False):  # a partial block must not read v rows past the keys
         lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
         if main:
-            lines.append(f"  for (int i = 0; i < {main}; i += {PV_UNROLL}) {{")
+            lines.append(f"  for (long i = 0; i < {main}; i += {PV_UNROLL}) {{")
             lines += ["    " + line for line in steps("i", PV_UNROLL, full)]
             lines.append("  }")
         if rest:

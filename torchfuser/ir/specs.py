@@ -197,6 +197,7 @@ class AttentionSpec:
     schedule: str = ATTENTION_CPU
     lanes: int = 16  # query_lanes: query rows per vector (4, 8 or 16); row_scalar: 1
     query_vectors: int = 1  # query_lanes: vectors per work-item, each k and v load feeds one FMA per vector
+    kv_row_strides: tuple[int, int] = (0, 0)  # query_lanes: k and v row strides as literals (0: arguments)
 
     kind = "attention"
 
@@ -213,6 +214,8 @@ class AttentionSpec:
             raise ValueError(f"schedule is {ATTENTION_CPU!r} or {ATTENTION_GPU!r}")
         if self.head_dim < 1 or self.index_type not in ("int", "long") or self.query_vectors < 1:
             raise ValueError("head_dim >= 1, index_type 'int' or 'long', query_vectors >= 1")
+        if len(self.kv_row_strides) != 2 or min(self.kv_row_strides) < 0:
+            raise ValueError("kv_row_strides: two strides >= 0")
         if self.lanes not in ((4, 8, 16) if self.schedule == ATTENTION_CPU else (1,)):
             raise ValueError("lanes is 4, 8 or 16 on the CPU schedule, 1 on the GPU one")
 
@@ -229,7 +232,8 @@ class AttentionSpec:
             f"attention head_dim={self.head_dim} layouts={','.join(self.layouts)} "
             f"masks={','.join(self.mask_layouts)} causal={int(self.causal)} "
             f"masked_rows={self.masked_rows} lse={int(self.with_lse)} index={self.index_type} "
-            f"schedule={self.schedule} lanes={self.lanes}x{self.query_vectors}\n{self.score.text()}"
+            f"schedule={self.schedule} lanes={self.lanes}x{self.query_vectors} "
+            f"kv_rows={self.kv_row_strides[0]},{self.kv_row_strides[1]}\n{self.score.text()}"
         )
 
     @property
