@@ -20,7 +20,6 @@ _graph_numbers = itertools.count()
 
 def lower_and_compile(gm, example_inputs, *, disable=(), device=None, title="graph"):
     """torch-level gm → aot_autograd → compiled forward (and backward); returns the aot callable."""
-    from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
 
     started = time.perf_counter()
@@ -30,7 +29,14 @@ def lower_and_compile(gm, example_inputs, *, disable=(), device=None, title="gra
         def compile_graph(aten_gm, aten_inputs):
             compiled = compile_aten_graph(aten_gm, disable=disable, device=device, title=f"{title} {kind}",
                                           captured=captured, started=started)
-            return make_boxed_func(compiled)
+            run = compiled.plan.run
+
+            def boxed(args):  # aot_autograd's boxed convention (one list in) is what Plan.run takes
+                return run(args)
+
+            boxed._boxed_call = True
+            boxed.compiled = compiled
+            return boxed
 
         return compile_graph
 

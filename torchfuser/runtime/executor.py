@@ -4,6 +4,10 @@ The plan is the graph's nodes in order, each a step: a kernel launch, a view (me
 read, so no sync), or a PyTorch fallback. A fallback that reads memory a pending kernel writes first
 synchronises; otherwise the queue is finished once, at the end. Tensors that enqueued kernels use stay
 referenced until that sync, so neither torch nor the arena can recycle memory a kernel still reads.
+
+Steady calls are cheap: each kernel step keeps, per input layout, its configured launch, output layouts
+and kernel argument list (offsets and scalars filled in once); a call only swaps in the buffers of this
+call's tensors, and sets the kernel's arguments only when one of them differs from what the kernel holds.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import torch.fx as fx
 from torchfuser.codegen import kernel_source
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
-from torchfuser.runtime.launch import FusedKernel
-from torchfuser.runtime.memory import CopyingBinder, HostArena, ZeroCopyBinder, storage_span
+from torchfuser.runtime.launch import FusedKernel, Launch
+from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
 logger = logging.getLogger("torchfuser")
 aten = torch.ops.aten
@@ -32,10 +36,20 @@ VIEW_OPS = {
     aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.unbind.int,
 }
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
+_cl = None  # pyopencl, imported on first use (an import statement per launch costs as much as a dict lookup)
+
+
+def _pyopencl():
+    global _cl
+    if _cl is None:
+        import pyopencl
+
+        _cl = pyopencl
+    return _cl
 
 
 class Runtime:
-    """Per-device state shared by all compiled graphs: binder and host arena."""
+    """Per-device state shared by all compiled graphs: binder, host arena, and who set each kernel's args."""
 
     _by_device: dict = {}
 
@@ -43,6 +57,18 @@ class Runtime:
         self.device = device
         self.arena = HostArena()
         self.binder = ZeroCopyBinder(device) if device.zero_copy else CopyingBinder(device)
+        # id(cl.Kernel) -> the argument list last set on it: a launch re-sets all arguments when another
+        # one set them last. A plan's launch that finds its spec's kernel claimed by another makes its own.
+        self.arg_owner: dict[int, list] = {}
+        self.claimed: set[int] = set()
+
+    def own_kernel(self, built):
+        """A cl.Kernel whose arguments only this caller sets: the built one first, then copies (~0.1 ms each)."""
+        if id(built.kernel) not in self.claimed:
+            self.claimed.add(id(built.kernel))
+            return built.kernel
+        cl = _cl or _pyopencl()
+        return cl.Kernel(built.kernel.get_info(cl.kernel_info.PROGRAM), built.kernel.function_name)
 
     @classmethod
     def for_device(cls, device) -> "Runtime":
@@ -63,13 +89,51 @@ class KernelStats:
         self.seconds = 0.0
 
 
+class _Slot:
+    """Stands for the buffer of operand `index` while an argument list is built once per layout."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class Bound:
+    """A configured launch ready to enqueue again: built kernel, output layouts, argument lists by offsets."""
+
+    __slots__ = ("launch", "built", "kernel", "typed", "outputs", "label", "prepares", "arguments")
+
+    def __init__(self, launch: Launch, built, label: str, kernel=None):
+        self.launch, self.built, self.label = launch, built, label
+        self.kernel = kernel if kernel is not None else built.kernel if built is not None else None
+        self.typed = False  # scalar argument dtypes declared on self.kernel
+        self.outputs = [OutputLayout.of(*o) for o in launch.outputs]
+        self.prepares = type(launch).prepare is not Launch.prepare
+        self.arguments: dict[tuple, tuple[list, list]] = {}  # input offsets -> (argument list, slot positions)
+
+    def argument_list(self, offsets: tuple) -> tuple[list, list]:
+        """The kernel arguments for inputs at these offsets, buffers still to be placed at the positions."""
+        found = self.arguments.get(offsets)
+        if found is None:
+            n_in = len(offsets)
+            slots = [_Slot(i) for i in range(n_in + len(self.outputs))]
+            args = list(self.launch.arguments(slots[:n_in], list(offsets), slots[n_in:]))
+            positions = [(k, a.index) for k, a in enumerate(args) if isinstance(a, _Slot)]
+            found = (args, positions)
+            if self.launch.static_arguments:
+                self.arguments[offsets] = found
+        return found
+
+
 class _Call:
     """State of one call: pending launches and what they keep alive."""
+
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.binding = runtime.binder.begin_call()
-        self.dirty: set[int] = set()
+        self.dirty: set[int] = set()  # storage addresses that enqueued kernels write
         self.alive: list = []
         self.events: list = []
 
@@ -78,36 +142,66 @@ class _Call:
         return self.run_launch(launch, target, inputs, on_build, label)
 
     def run_launch(self, launch, target: FusedKernel, inputs, on_build=None, label=None):
-        """Allocate the outputs, bind the buffers and enqueue one configured launch."""
-        arena = self.runtime.arena
-        outs = [arena.empty_strided(*o) for o in launch.outputs]
+        """Allocate the outputs, bind the buffers and enqueue one configured launch (built on demand)."""
+        built = None
         if not launch.empty:
             built = on_build(launch.spec) if on_build else self.runtime.build(launch.spec)[0]
-            inputs = launch.prepare(inputs, self)
-            in_buffers, offsets = [], []
-            for i, t in enumerate(inputs):
-                buffer = self.binding.bind(t)
-                if buffer is None:  # misaligned user memory: copy it once into aligned memory
-                    t = inputs[i] = arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(t)
-                    buffer = self.binding.bind(t)
-                in_buffers.append(buffer)
-                offsets.append(t.storage_offset())
-            out_buffers = [self.binding.output_buffer(o) for o in outs]
-            arguments = launch.arguments(in_buffers, offsets, out_buffers)
-            if not built.typed:  # declared scalar types make set_args ~50x cheaper in pyopencl
-                built.kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in arguments])
-                built.typed = True
-            built.kernel.set_args(*arguments)
-            import pyopencl as cl
+        return self.enqueue(Bound(launch, built, label or target.__name__), inputs)
 
-            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, built.kernel, launch.global_size,
+    def enqueue(self, bound: Bound, inputs):
+        """Allocate the outputs, bind this call's buffers into the bound argument list and enqueue."""
+        allocate = self.runtime.arena.allocate
+        outs = [allocate(layout) for layout in bound.outputs]
+        launch = bound.launch
+        if not launch.empty:
+            if bound.prepares:
+                inputs = launch.prepare(list(inputs), self)
+            bind = self.binding.bind
+            buffers = [bind(t) for t in inputs]
+            if None in buffers:  # misaligned user memory: copy it once into aligned memory
+                inputs = [self._aligned(t) if b is None else t for t, b in zip(inputs, buffers)]
+                buffers = [bind(t) for t in inputs]
+            buffers += [self.binding.output_buffer(o) for o in outs]
+            offsets = tuple([t.storage_offset() for t in inputs])
+            self._set_arguments(bound, buffers, offsets)
+            cl = _cl or _pyopencl()
+            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
                                                launch.local_size)
-            self.events.append((label or target.__name__, event))
-            self.alive.append((inputs, in_buffers, out_buffers))
-            for o, buffer in zip(outs, out_buffers):
-                self.binding.wrote(o, buffer)
-                self.dirty.add(storage_span(o)[0])
+            self.events.append((bound.label, event))
+            self.alive.append((inputs, outs))
+            for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
+                self.dirty.add(o.data_ptr())
+            if self.binding.tracks_writes:
+                for o, buffer in zip(outs, buffers[len(inputs):]):
+                    self.binding.wrote(o, buffer)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _set_arguments(self, bound: Bound, buffers: list, offsets: tuple) -> None:
+        kernel, owner = bound.kernel, self.runtime.arg_owner
+        if bound.launch.static_arguments:
+            args, positions = bound.argument_list(offsets)
+            changed = owner.get(id(kernel)) is not args
+            for k, i in positions:
+                if args[k] is not buffers[i]:
+                    args[k] = buffers[i]
+                    changed = True
+            if not changed:
+                return  # the kernel still holds exactly these arguments
+        else:
+            n_in = len(offsets)
+            args = bound.launch.arguments(buffers[:n_in], list(offsets), buffers[n_in:])
+        if not bound.typed:  # declared scalar types make set_args ~50x cheaper in pyopencl
+            shared = kernel is bound.built.kernel  # BuiltKernel.typed says whether its own kernel is typed
+            if not (shared and bound.built.typed):
+                kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in args])
+            bound.built.typed |= shared
+            bound.typed = True
+        kernel.set_args(*args)
+        # The list holds the buffers the kernel now points at, so none is released while set there.
+        owner[id(kernel)] = args if bound.launch.static_arguments else None
+
+    def _aligned(self, t: torch.Tensor) -> torch.Tensor:
+        return self.runtime.arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(t)
 
     def reads_pending(self, tensors) -> bool:
         return bool(self.dirty) and any(storage_span(t)[0] in self.dirty for t in tensors)
@@ -121,6 +215,39 @@ class _Call:
         self.binding.to_host()
         self.dirty.clear()
         self.alive.clear()
+
+
+class KernelStep:
+    """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
+
+    __slots__ = ("target", "name", "plan", "bound")
+
+    def __init__(self, target: FusedKernel, name: str, plan: "Plan"):
+        self.target, self.name, self.plan = target, name, plan
+        self.bound: dict[tuple, Bound] = {}
+
+    def __call__(self, call: _Call | None, args):
+        if call is not None and self.name not in self.plan.fallback_nodes:
+            bound = self.bound.get(tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args]))
+            try:
+                if bound is None:
+                    bound = self._bind(call, args)
+                return call.enqueue(bound, args)
+            except KernelBuildError as error:  # a new input layout whose kernel does not build
+                self.plan.fallback_nodes[self.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
+                warnings.warn(f"torchfuser: {error}; {self.name} runs in PyTorch from now on", RuntimeWarning)
+        if call is not None:
+            call.before_host_read(_tensors_in(args))  # the PyTorch fallback reads on the host
+        return self.target.reference(*args)
+
+    def _bind(self, call: _Call, args) -> Bound:
+        launch = self.target.configure(args, call.runtime.device.type_name)
+        built = None if launch.empty else self.plan.kernel_for(launch.spec)
+        bound = Bound(launch, built, self.name, call.runtime.own_kernel(built) if built is not None else None)
+        if len(self.bound) >= 64:  # layouts that keep changing: do not grow without bound
+            self.bound.clear()
+        self.bound[tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])] = bound
+        return bound
 
 
 def run_single(target: FusedKernel, inputs):
@@ -152,6 +279,9 @@ def _fetcher(value, index):
     """env -> value with graph nodes replaced by their values; flat argument tuples take a fast path."""
     nested = any(isinstance(x, fx.Node) for v in value if isinstance(v, (tuple, list, dict)) for x in _flatten(v))
     if isinstance(value, tuple) and not nested:
+        if all(isinstance(v, fx.Node) for v in value):  # the common case: every argument is a node
+            slots = [index[v] for v in value]
+            return lambda env: [env[s] for s in slots]
         slots = [(index[v], None) if isinstance(v, fx.Node) else (None, v) for v in value]
         return lambda env: [env[s] if s is not None else v for s, v in slots]
     return lambda env: fx.node.map_arg(value, lambda n: env[index[n]])
@@ -192,9 +322,10 @@ class Plan:
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS else FALLBACK)
+                target = KernelStep(node.target, node.name, self) if kind == KERNEL else node.target
                 kwargs = _fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
-                self.steps.append((i, kind, node.target, node.name, _fetcher(node.args, index),
-                                   tuple(node.kwargs), kwargs, free_after[i]))
+                self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
+                                   tuple(free_after[i])))
         self.stats: dict[str, KernelStats] = {}
         self.built: dict = {}  # spec -> BuiltKernel (skips the cache lookup on steady calls)
         self.calls = 0
@@ -218,44 +349,36 @@ class Plan:
         finally:  # also when a step raises: kernels still running must not outlive their buffers
             if call is not None:
                 call.sync()
-        if call is not None:
+        if call is not None and call.events:
             self._record(call)
         self.calls += 1
         return output
 
     def _run_steps(self, env: list, call):
-        for slot, kind, target, name, get_args, kw_names, get_kwargs, free in self.steps:
+        for slot, kind, target, get_args, kw_names, get_kwargs, free in self.steps:
             args = get_args(env)
-            kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
             if kind == KERNEL:
-                env[slot] = self._launch(call, target, name, args)
-            elif kind == VIEW:
-                env[slot] = target(*args, **kwargs)
-            elif kind == FALLBACK:
-                if call is not None:
-                    call.before_host_read(_tensors_in(list(args) + list(kwargs.values())))
-                env[slot] = target(*args, **kwargs)
+                env[slot] = target(call, args)
             else:
-                env[slot] = _fetch_attr(self.gm, target)
+                kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
+                if kind == VIEW:
+                    env[slot] = target(*args, **kwargs)
+                elif kind == FALLBACK:
+                    if call is not None:
+                        call.before_host_read(_tensors_in(list(args) + list(kwargs.values())))
+                    env[slot] = target(*args, **kwargs)
+                else:
+                    env[slot] = _fetch_attr(self.gm, target)
             for dead in free:
                 env[dead] = None
         return self.output(env)[0]
 
-    def _launch(self, call, target, name, args):
-        if call is not None and name not in self.fallback_nodes:
-            try:
-                return call.launch(target, args, self.kernel_for, name)
-            except KernelBuildError as error:  # a new input layout whose kernel does not build
-                self.fallback_nodes[name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
-                warnings.warn(f"torchfuser: {error}; {name} runs in PyTorch from now on", RuntimeWarning)
-        if call is not None:
-            call.before_host_read(_tensors_in(args))  # the PyTorch fallback reads on the host
-        return target.reference(*args)
-
     def _record(self, call: _Call) -> None:
         profile = self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0
         for name, event in call.events:
-            stats = self.stats.setdefault(name, KernelStats())
+            stats = self.stats.get(name)
+            if stats is None:
+                stats = self.stats[name] = KernelStats()
             stats.launches += 1
             if profile:
                 stats.profiled += 1

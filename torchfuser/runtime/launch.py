@@ -10,6 +10,7 @@ call costs one dict lookup per launch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +36,10 @@ class Launch:
     # Work-group size. Left to PoCL it picks groups of up to 4096 items, and a launch of one group
     # leaves all but one CPU thread idle: the kernels choose small groups (global sizes are padded).
     local_size: tuple | None = None
+    # arguments() only places the buffers it is given (never looks at them), and everything else in it
+    # follows from the input layout and offsets: the executor then builds the list once and swaps in
+    # buffers per call. A subclass whose arguments change otherwise sets this False.
+    static_arguments: ClassVar[bool] = True
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.
@@ -51,7 +56,8 @@ def extent(t) -> int:
 
 
 def layout_signature(tensors) -> tuple:
-    return tuple((tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype) for t in tensors)
+    """What a configuration depends on (torch.Size is a tuple: no conversion needed)."""
+    return tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in tensors])
 
 
 class FusedKernel:

@@ -2,13 +2,16 @@
 
 HostArena: outputs must be fresh tensors on every call, as in eager, but fresh large allocations are mmap'd
 pages whose first touch faults (as costly as the kernel itself). The arena keeps 64-byte aligned blocks
-and hands a block out again once nothing refers to it any more: the tensor holds a reference to the
-block's numpy array, so the block is free exactly when that array's refcount is back to the arena's own.
+and hands a block out again once nothing refers to it any more. A block carries a numpy view with the last
+layout asked of it; a tensor made from that view holds a reference to it, so the block is free exactly
+when the view's refcount is back to the arena's own. Steady calls ask for the same layouts, so handing a
+block out is one `torch.from_numpy` (no view/as_strided chain).
 
 Binders turn a tensor into (cl.Buffer, element offset). On devices that share host memory the buffer is
-a USE_HOST_PTR view of the tensor's storage (zero-copy; cached by address, and built over a non-owning
-array so the cache never keeps user memory alive). Elsewhere data is uploaded, kernel results stay on the
-device, and `to_host()` reads back what the host needs.
+a USE_HOST_PTR view of the tensor's storage (zero-copy; cached by (address, bytes), and built over a
+non-owning array so the cache never keeps user memory alive: memory freed and reallocated at the same
+address with the same size is the same bytes, and any other size is another key). Elsewhere data is
+uploaded, kernel results stay on the device, and `to_host()` reads back what the host needs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import ctypes
 import sys
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,43 +28,83 @@ import torch
 ALIGNMENT = 64
 _POOL_PER_SIZE = 8
 _POOL_BYTES_LIMIT = 4 << 30
+_NUMPY_DTYPES = {
+    torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
+    torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_,
+}
+
+
+def _refs(container, key) -> int:
+    return sys.getrefcount(container[key])
 
 
 def _refcount_when_free() -> int:
-    probe = [np.empty(1, np.uint8)]
-    return sys.getrefcount(probe[0])
+    """What _refs reads for an object only the arena holds (calibrated: it differs across Pythons)."""
+    return _refs([np.empty(1, np.uint8)], 0)
 
 
 _FREE_REFCOUNT = _refcount_when_free()
 
 
+class OutputLayout(NamedTuple):
+    """A kernel output as the arena allocates it; computed once per launch configuration."""
+
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+    nbytes: int  # storage bytes the layout reaches (0: nothing to allocate)
+
+    @classmethod
+    def of(cls, shape, stride, dtype) -> "OutputLayout":
+        shape, stride = tuple(shape), tuple(stride)
+        span = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0
+        return cls(shape, stride, dtype, span * dtype.itemsize)
+
+
+class _Block:
+    __slots__ = ("raw", "start", "slot")
+
+    def __init__(self, nbytes: int):
+        self.raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+        self.start = (-self.raw.ctypes.data) % ALIGNMENT
+        self.slot = [None, None]  # [layout, numpy view]: a list, so _refs reads the view like the calibration
+
+
 class HostArena:
     def __init__(self):
-        self._blocks: dict[int, list[np.ndarray]] = {}
+        self._blocks: dict[int, list[_Block]] = {}
         self._bytes = 0
 
     def empty_strided(self, shape, stride, dtype: torch.dtype) -> torch.Tensor:
-        numel_span = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 0
-        nbytes = numel_span * torch.empty((), dtype=dtype).element_size() if numel_span else 0
-        if nbytes == 0:
-            return torch.empty_strided(shape, stride, dtype=dtype)
-        block = self._take(nbytes)
-        if block is None:  # pool full: an ordinary (still 64-byte aligned) torch allocation
-            return torch.empty_strided(shape, stride, dtype=dtype)
-        return torch.from_numpy(block).view(dtype).as_strided(shape, stride)
+        return self.allocate(OutputLayout.of(shape, stride, dtype))
 
-    def _take(self, nbytes: int):
-        blocks = self._blocks.setdefault(nbytes, [])
-        for i in range(len(blocks)):
-            if sys.getrefcount(blocks[i]) == _FREE_REFCOUNT:
-                return blocks[i]
-        if len(blocks) >= _POOL_PER_SIZE or self._bytes + nbytes > _POOL_BYTES_LIMIT:
-            return None
-        raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
-        blocks.append(raw[start : start + nbytes])
-        self._bytes += nbytes
-        return blocks[-1]
+    def allocate(self, layout: OutputLayout) -> torch.Tensor:
+        """A fresh tensor with this layout, in a block no live tensor uses."""
+        np_dtype = _NUMPY_DTYPES.get(layout.dtype)
+        if not layout.nbytes or np_dtype is None:
+            return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)
+        blocks = self._blocks.get(layout.nbytes)
+        if blocks is None:
+            blocks = self._blocks[layout.nbytes] = []
+        for block in blocks:
+            slot = block.slot
+            if slot[1] is None or _refs(slot, 1) == _FREE_REFCOUNT:
+                if slot[0] != layout:
+                    slot[0], slot[1] = layout, self._view(block, layout, np_dtype)
+                return torch.from_numpy(slot[1])
+        if len(blocks) >= _POOL_PER_SIZE or self._bytes + layout.nbytes > _POOL_BYTES_LIMIT:
+            return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)  # still 64-byte aligned
+        block = _Block(layout.nbytes)
+        blocks.append(block)
+        self._bytes += layout.nbytes
+        block.slot[:] = [layout, self._view(block, layout, np_dtype)]
+        return torch.from_numpy(block.slot[1])
+
+    @staticmethod
+    def _view(block: _Block, layout: OutputLayout, np_dtype) -> np.ndarray:
+        item = layout.dtype.itemsize
+        return np.ndarray(layout.shape, np_dtype, buffer=block.raw, offset=block.start,
+                          strides=tuple(s * item for s in layout.stride))
 
     def clear(self) -> None:
         self._blocks.clear()
@@ -76,6 +120,8 @@ def storage_span(t: torch.Tensor) -> tuple[int, int]:
 class ZeroCopyBinder:
     """USE_HOST_PTR buffers over torch storages; cached by (address, bytes), never owning the memory."""
 
+    tracks_writes = False  # kernels write straight into host memory: nothing to read back
+
     def __init__(self, device, capacity: int = 4096):
         self.device = device
         self._buffers: OrderedDict = OrderedDict()
@@ -85,22 +131,26 @@ class ZeroCopyBinder:
         return self
 
     def bind(self, t: torch.Tensor):
-        address, nbytes = storage_span(t)
+        storage = t.untyped_storage()
+        address = storage.data_ptr()
         if address % ALIGNMENT:
             return None  # the caller copies the tensor into aligned memory first
-        key = (address, max(nbytes, 1))
+        key = (address, storage.nbytes() or 1)
         buffer = self._buffers.get(key)
         if buffer is None:
-            import pyopencl as cl
+            return self._create(key)
+        self._buffers.move_to_end(key)
+        return buffer
 
-            view = np.ctypeslib.as_array((ctypes.c_uint8 * key[1]).from_address(address))
-            flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
-            buffer = cl.Buffer(self.device.context, flags, hostbuf=view)
-            self._buffers[key] = buffer
-            if len(self._buffers) > self._capacity:
-                self._buffers.popitem(last=False)
-        else:
-            self._buffers.move_to_end(key)
+    def _create(self, key):
+        import pyopencl as cl
+
+        address, nbytes = key
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
+        buffer = self._buffers[key] = cl.Buffer(self.device.context, flags, hostbuf=view)
+        if len(self._buffers) > self._capacity:
+            self._buffers.popitem(last=False)
         return buffer
 
     def output_buffer(self, t: torch.Tensor):
@@ -128,6 +178,8 @@ class CopyingBinder:
 
 
 class _CopyingCall:
+    tracks_writes = True  # results stay on the device until to_host()
+
     def __init__(self, owner: CopyingBinder):
         self.owner, self.device = owner, owner.device
         self._produced: dict[int, tuple] = {}  # storage address -> (buffer, host tensor)

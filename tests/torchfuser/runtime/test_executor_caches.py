@@ -1,0 +1,222 @@
+"""The executor's per-call caches: zero-copy buffers by (address, bytes), kernel arguments kept set between
+calls, arena blocks for outputs. Each cache is checked where it could go stale: memory freed and reused at
+the same address, inputs modified in place, a kernel shared by two launches or set by another caller."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.executor import KERNEL, Runtime
+from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder
+
+pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
+
+
+def pointwise(x, y):
+    return torch.sigmoid(x) * y + 1
+
+
+def kernel_steps(plan):
+    return [step[2] for step in plan.steps if step[1] == KERNEL]
+
+
+def aligned_floats(n: int) -> np.ndarray:
+    """n float32 in memory we own and can rewrite under new tensor objects, 64-byte aligned."""
+    raw = np.empty(n * 4 + ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    return raw[start : start + n * 4].view(np.float32)
+
+
+def test_a_new_tensor_at_a_freed_tensors_address_gives_its_own_results():
+    memory = aligned_floats(4096)
+    f = torchfuser.compile(pointwise)
+    y = torch.randn(4096)
+    with torch.no_grad():
+        memory[:] = np.random.randn(4096)
+        x = torch.from_numpy(memory)
+        address = x.data_ptr()
+        torch.testing.assert_close(f(x, y), pointwise(x, y))
+        del x
+        gc.collect()
+        memory[:] = np.random.randn(4096)  # new contents, then a new tensor object over the same bytes
+        x2 = torch.from_numpy(memory)
+        assert x2.data_ptr() == address
+        torch.testing.assert_close(f(x2, y), pointwise(x2, y))
+
+
+def test_the_same_address_with_another_storage_size_gets_another_buffer():
+    device = get_device()
+    binder = ZeroCopyBinder(device)
+    memory = aligned_floats(2048)
+    small, large = torch.from_numpy(memory[:1024]), torch.from_numpy(memory)
+    assert small.data_ptr() == large.data_ptr()
+    assert binder.bind(small) is binder.bind(torch.from_numpy(memory[:1024]))  # same bytes: reused
+    assert binder.bind(small) is not binder.bind(large)
+    # and through a compiled graph: the same shape read from a larger storage at the same address
+    f = torchfuser.compile(pointwise)
+    y = torch.randn(1024)
+    with torch.no_grad():
+        memory[:] = np.random.randn(2048)
+        torch.testing.assert_close(f(small, y), pointwise(small, y))
+        view = large[:1024]
+        torch.testing.assert_close(f(view, y), pointwise(view, y))
+
+
+def test_zero_copy_buffers_never_keep_user_memory_alive():
+    binder = Runtime.for_device(get_device()).binder
+    if not isinstance(binder, ZeroCopyBinder):
+        pytest.skip("device copies to its own memory")
+    freed = []
+    array = np.empty(1 << 16, np.float32)
+    weakref.finalize(array, freed.append, True)
+    tensor = torch.from_numpy(array)
+    binder.bind(tensor)
+    f = torchfuser.compile(pointwise)
+    with torch.no_grad():
+        f(tensor, tensor)
+    del tensor, array
+    gc.collect()
+    assert freed, "a cached buffer (or a call) still holds the user's array"
+
+
+def test_inputs_modified_in_place_between_calls():
+    f = torchfuser.compile(pointwise)
+    x, y = torch.randn(3000), torch.randn(3000)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(f(x, y), pointwise(x, y))
+            x.mul_(-1.5).add_(0.25)
+            y[::7] = 3.0
+
+
+def test_weights_modified_in_place_between_calls():
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 16)).eval()
+    f = torchfuser.compile(model)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+            model[0].weight.mul_(0.5)
+            model[2].bias.add_(1.0)
+
+
+def test_outputs_are_fresh_tensors_on_every_call():
+    f = torchfuser.compile(pointwise)
+    x, y = torch.randn(5000), torch.randn(5000)
+    with torch.no_grad():
+        first = f(x, y)
+        kept_view = f(x * 2, y).view(50, 100)  # only a view survives: its block must stay taken
+        expected_first, expected_view = first.clone(), kept_view.clone()
+        outs = [f(torch.randn(5000), y) for _ in range(10)]
+    addresses = {o.data_ptr() for o in outs} | {first.data_ptr(), kept_view.data_ptr()}
+    assert len(addresses) == 12
+    torch.testing.assert_close(first, expected_first)
+    torch.testing.assert_close(kept_view, expected_view)
+
+
+def test_a_steady_call_sets_no_kernel_arguments():
+    """Three layers with one spec share a kernel; each launch owns a copy, so nothing is re-set."""
+    model = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(64, 64), nn.ReLU())]).eval()
+    f = torchfuser.compile(model)
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        f(x)
+        steps = kernel_steps(torchfuser.last_report().plan)
+        bounds = [b for step in steps for b in step.bound.values()]
+        assert len({id(b.kernel) for b in bounds}) == len(bounds) == 3
+        counts = []
+        for b in bounds:
+            original, count = b.kernel.set_args, [0]
+
+            def counting(*args, _original=original, _count=count):
+                _count[0] += 1
+                return _original(*args)
+
+            b.kernel.set_args = counting
+            counts.append(count)
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+        assert [c[0] for c in counts] == [0, 0, 0]
+        x2 = torch.randn(16, 64)  # a new input buffer: only the first layer's arguments change
+        torch.testing.assert_close(f(x2), model(x2), rtol=1e-4, atol=1e-4)
+        assert counts[0][0] == 1
+
+
+def test_a_kernel_set_by_another_caller_is_set_again():
+    """Calling the fused node directly (run_single) sets the shared kernel's arguments; the plan notices."""
+    def unique(x, y):  # a constant no other test uses: this plan's launch holds the built kernel itself
+        return torch.sigmoid(x) * y - 0.123
+
+    f = torchfuser.compile(unique)
+    x, y = torch.randn(4096), torch.randn(4096)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x, y), unique(x, y))
+        (step,) = kernel_steps(torchfuser.last_report().plan)
+        (bound,) = step.bound.values()
+        assert bound.kernel is bound.built.kernel
+        a, b = torch.randn(4096), torch.randn(4096)
+        torch.testing.assert_close(step.target(a, b), unique(a, b))
+        torch.testing.assert_close(f(x, y), unique(x, y))
+
+
+def test_one_layout_whose_inputs_are_copied_in_some_calls_only():
+    """Misaligned storage is copied (to offset 0) before binding: one layout, two sets of offsets."""
+    f = torchfuser.compile(pointwise)
+    with torch.no_grad():
+        f(torch.randn(1000), torch.randn(1000))
+        plan = torchfuser.last_report().plan
+        raw = np.random.randn(1100).astype(np.float32)
+        misaligned = torch.from_numpy(raw[1:])  # numpy aligns to 16 bytes: 4 past that is never 64-aligned
+        aligned = torch.from_numpy(aligned_floats(1100))
+        aligned.copy_(torch.randn(1100))
+        y = torch.randn(1000)
+        for storage in (misaligned, aligned, misaligned, aligned):
+            assert (storage.data_ptr() % ALIGNMENT == 0) == (storage is aligned)
+            x = storage[16:1016]
+            (out,) = plan.run([x, y])
+            torch.testing.assert_close(out, pointwise(x, y))
+        (step,) = kernel_steps(plan)
+        assert len(step.bound) == 2  # the compile-time layout (offset 0) and offset 16
+
+
+def test_new_offsets_and_layouts_through_one_plan():
+    """A plan called directly with views at other offsets and strides configures each layout once."""
+    f = torchfuser.compile(pointwise)
+    with torch.no_grad():
+        f(torch.randn(64, 64), torch.randn(64, 64))
+        plan = torchfuser.last_report().plan
+        base = torch.randn(80 * 64)
+        y = torch.randn(64, 64)
+        for x in (base[:4096].view(64, 64), base[16:4112].view(64, 64), base[1:4097].view(64, 64),
+                  base[:4096].view(64, 64).t(), base[:4096].view(64, 64)):
+            (out,) = plan.run([x, y])
+            torch.testing.assert_close(out, pointwise(x, y))
+        (step,) = kernel_steps(plan)
+        assert len(step.bound) == 4  # the repeated layout hit its cached launch
+
+
+def test_arena_reuses_a_block_only_when_no_tensor_refers_to_it():
+    arena = HostArena()
+    layout = OutputLayout.of((64, 32), (32, 1), torch.float32)
+    a = arena.allocate(layout)
+    address = a.data_ptr()
+    assert address % ALIGNMENT == 0 and a.shape == (64, 32) and a.stride() == (32, 1)
+    b = arena.allocate(layout)
+    assert b.data_ptr() != address
+    view = a[3:]
+    del a
+    assert arena.allocate(layout).data_ptr() != address  # the view still uses it
+    del view
+    gc.collect()
+    c = arena.allocate(layout)
+    assert c.data_ptr() == address
+    # the same bytes asked for with another layout and dtype reuse the free block
+    del c
+    d = arena.allocate(OutputLayout.of((32, 32), (1, 32), torch.int64))
+    assert d.data_ptr() == address and d.dtype == torch.int64 and d.stride() == (1, 32)
