@@ -282,14 +282,18 @@ def test_query_tiles_with_tails(tile, monkeypatch):
 @pytest.mark.parametrize("keys", [37, 16, 5])
 def test_k_strided_along_head_dim_with_masks_gqa_and_partial_blocks(keys):
     """k contiguous along the keys (kᵀ materialised) is read element by element; full 8-key blocks and a
-    partial last one (its rows clamped to the last key, its v rows never read); through LLaMA's repeat_kv."""
+    partial last one (its rows clamped to the last key, its v rows never read); through LLaMA's repeat_kv.
+    The mask: rows contiguous along the keys (vector loads transposed in registers), then a gathered one."""
     q, v = torch.randn(2, 4, 11, 64), torch.randn(2, 2, keys, 64)
     k = torch.randn(2, 2, 64, keys).transpose(-1, -2)
     mask = torch.randn(2, 1, 11, keys)
     mask[0, 0, 5] = -INF  # a fully masked row: NaN, as eager's softmax gives
     assert_close(compiled(llama_attention, q, k, v, mask), llama_attention(q, k, v, mask))
     (kernel,) = attention_kernels()
-    assert "layouts=contig,strided,contig,contig" in kernel.spec and "masks=strided" in kernel.spec
+    assert "layouts=contig,strided,contig,contig" in kernel.spec and "masks=rows" in kernel.spec
+    mask = mask.transpose(-1, -2).contiguous().transpose(-1, -2)  # the same values, stride 1 along the queries
+    assert_close(compiled(llama_attention, q, k, v, mask), llama_attention(q, k, v, mask))
+    assert "masks=strided" in attention_kernels()[0].spec
 
 
 def test_score_program_without_a_vector_form_runs_lane_by_lane():

@@ -93,10 +93,10 @@ def _empty_row_value(spec: AttentionSpec) -> str:
 # ---------------------------------------------------------------- CPU: query rows as vector lanes
 
 
-def _transpose(names: list[str], width: int, tag: str) -> tuple[list[str], list[str]]:
-    """C lines transposing `width` floatW vectors (rows) into columns: log2(width) rounds of even/odd
+def _transpose(names: list[str], width: int, tag: str, c_type: str = "float") -> tuple[list[str], list[str]]:
+    """C lines transposing `width` vectors (rows) into columns: log2(width) rounds of even/odd
     interleaves, each one two-source shuffle per vector."""
-    vec, half, lines, cur = f"float{width}", width // 2, [], list(names)
+    vec, half, lines, cur = f"{c_type}{width}", width // 2, [], list(names)
     for rnd in range(width.bit_length() - 1):
         new = [f"{tag}{rnd}_{i}" for i in range(width)]
         for k in range(half):
@@ -124,7 +124,7 @@ def _lanes_kernel(spec: AttentionSpec) -> str:
     lines += [f"const int{w} tq{x} = (int{w})((int)t0 + {x * w}) + lane;" for x in range(nvec)]
     lines += [f"const {idx} ebase{e} = offE{e} + b * sE{e}b + h * sE{e}h;" for e in range(1, spec.score.n_inputs)]
     for e, layout in enumerate(spec.mask_layouts, start=1):
-        if layout == "strided":  # each lane's row of the mask (rows past T read row T - 1)
+        if layout != "bcast":  # each lane's row of the mask (rows past T read row T - 1)
             lines += [f"const {idx} erow{e}_{x}_{r} = min(t0 + {x * w + r}, T - 1) * sE{e}t;"
                       for x in range(nvec) for r in range(w)]
     lines += _load_q(spec)
@@ -222,6 +222,9 @@ def _score_program(spec: AttentionSpec, live: range) -> list[str]:
     if not identity:
         lines.append(f"const {spec.index_type} " + ", ".join(f"key{j} = min(s0 + {j}, S - 1)" for j in range(kb)) + ";")
         vector = _vector_program(spec)
+        if vector:
+            for e, layout in enumerate(spec.mask_layouts, start=1):
+                lines += _mask_rows(spec, e, live) if layout == "rows" else []
         for j in range(kb):
             for x in live:
                 lines += ["{"] + ["  " + line for line in (
@@ -237,12 +240,43 @@ def _score_program(spec: AttentionSpec, live: range) -> list[str]:
 
 def _mask_vector(spec: AttentionSpec, e: int, x: int, j: int) -> str:
     """Mask operand e at key j of the block for the rows of vector x (lanes), in its C element type."""
-    c_type = C_TYPES[spec.score.input_dtypes[e]]
-    at = f"ebase{e} + key{j} * sE{e}s"
-    if spec.mask_layouts[e - 1] == "bcast":
-        return f"({c_type}{spec.lanes})(E{e}[{at}])"
-    lanes = ", ".join(f"E{e}[{at} + erow{e}_{x}_{r}]" for r in range(spec.lanes))
-    return f"({c_type}{spec.lanes})({lanes})"
+    layout = spec.mask_layouts[e - 1]
+    if layout == "bcast":
+        return f"({C_TYPES[spec.score.input_dtypes[e]]}{spec.lanes})(E{e}[ebase{e} + key{j} * sE{e}s])"
+    return f"mr{e}_{x}_{j}" if layout == "rows" else _gather(spec, e, x, j)
+
+
+def _gather(spec: AttentionSpec, e: int, x: int, j: int) -> str:
+    lanes = ", ".join(f"E{e}[ebase{e} + key{j} * sE{e}s + erow{e}_{x}_{r}]" for r in range(spec.lanes))
+    return f"({C_TYPES[spec.score.input_dtypes[e]]}{spec.lanes})({lanes})"
+
+
+def _mask_rows(spec: AttentionSpec, e: int, live: range) -> list[str]:
+    """mr{e}_{x}_{j}: a "rows" mask (stride 1 along the keys) for the whole block. A full block loads
+    each lane's KEY_BLOCK keys as one vector and transposes m x m tiles (m = min(lanes, KEY_BLOCK)) in
+    registers; the partial last block gathers (its keys clamped)."""
+    w, kb = spec.lanes, KEY_BLOCK
+    c_type, m = C_TYPES[spec.score.input_dtypes[e]], min(spec.lanes, KEY_BLOCK)
+    names = [f"mr{e}_{x}_{j}" for x in live for j in range(kb)]
+    lines = [f"{c_type}{w} {', '.join(names)};", f"if (n_keys == {kb}) {{"]
+    for x in live:
+        rows = [f"mrow{e}_{x}_{r}" for r in range(w)]
+        lines += [f"  const {c_type}{kb} {rows[r]} = vload{kb}(0, E{e} + ebase{e} + erow{e}_{x}_{r} + s0);"
+                  for r in range(w)]
+        columns = [[] for _ in range(kb)]  # per key: its m-lane pieces, one per group of m rows
+        for g in range(kb // m):
+            for rg in range(w // m):
+                tile = [rows[rg * m + r] + (f".{('lo', 'hi')[g]}" if kb > m else "") for r in range(m)]
+                shuffles, cols = _transpose(tile, m, f"mt{e}_{x}_{g}_{rg}_", c_type)
+                lines += ["  " + line for line in shuffles]
+                for i in range(m):
+                    columns[g * m + i].append(cols[i])
+        for j in range(kb):
+            value = columns[j][0] if len(columns[j]) == 1 else f"({c_type}{w})({', '.join(columns[j])})"
+            lines.append(f"  mr{e}_{x}_{j} = {value};")
+    lines.append("} else {")
+    lines += [f"  mr{e}_{x}_{j} = {_gather(spec, e, x, j)};" for x in live for j in range(kb)]
+    return lines + ["}"]
 
 
 def _vector_program(spec: AttentionSpec):

@@ -174,7 +174,9 @@ class ReductionSpec:
 ATTENTION_CPU = "query_lanes"
 ATTENTION_GPU = "row_scalar"
 ATTENTION_LAYOUTS = ("contig", "strided")  # q, k, v and the output along the head dim: stride 1 or any other
-MASK_LAYOUTS = ("bcast", "strided")  # a mask along the queries (the CPU lanes): stride 0 (one load) or any
+# a mask along the queries (the CPU lanes): stride 0 (one load per key), "rows" (any, but stride 1 along the
+# keys: row vectors transposed in registers) or any strides (a gather per key)
+MASK_LAYOUTS = ("bcast", "rows", "strided")
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ class AttentionKernel(FusedKernel):
         if self.with_lse:
             outputs.append(((b, h, t), (t * h, 1, h), torch.float32))
         layouts = tuple("contig" if st[3] == 1 or d == 1 else "strided" for st in (*strides[:3], out_strides))
-        mask_layouts = tuple("bcast" if st[2] == 0 else "strided" for st in strides[3:])
+        mask_layouts = tuple("bcast" if st[2] == 0 else "rows" if st[3] == 1 else "strided" for st in strides[3:])
         reach = max([b * h * t * max(d, s)] + [extent(x) for x in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         if device_type == "CPU":
