@@ -184,15 +184,62 @@ def test_activation_times_activation_packs_every_call():
         assert_close(compiled(a, b), fn(a, b))
 
 
-def test_strided_schedule_for_devices_without_shared_caches(monkeypatch):
+@pytest.fixture
+def gpu(monkeypatch):
+    """PoCL runs the GPU schedules: the device says it is a GPU."""
     from torchfuser.runtime.device import Device
 
     monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
-    model = LinearAct(37, 29, "gelu_tanh").eval()
+
+
+def small_device(monkeypatch, max_group=16, local_bytes=1 << 20):
+    """Device limits no tiled variant fits (groups of at most 16 items by default)."""
+    limits = gemm_launch.DeviceLimits(max_group, (max_group,) * 3, local_bytes)
+    monkeypatch.setattr(gemm_launch, "device_limits", lambda device: limits)
+
+
+# PoCL compiles a tiled kernel's work-groups slowly (seconds with an unrolled GELU): the tests share kernels
+def test_tiled_schedule_for_devices_without_shared_caches(gpu):
+    model = LinearAct(37, 29, "relu").eval()
     actual, expected = run(model, torch.randn(3, 11, 37))
     assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
-    assert "schedule=strided" in kernel.spec
+    assert "schedule=tiled" in kernel.spec and "block=32x32" in kernel.spec  # narrow N: 32x32 blocks
+    assert "__local float" in kernel.source and "barrier(CLK_LOCAL_MEM_FENCE)" in kernel.source
+    assert kernel.tuning["winner"] == "tiled 4x4 m32 n32 k16"
+
+
+@pytest.mark.parametrize("limit", ["work-group", "local memory"])
+def test_strided_schedule_when_the_tiled_one_does_not_fit(limit, gpu, monkeypatch):
+    small_device(monkeypatch, *((16,) if limit == "work-group" else (1024, 4096)))
+    model = LinearAct(37, 29, "relu").eval()
+    actual, expected = run(model, torch.randn(3, 11, 37))
+    assert_close(actual, expected)
+    (kernel,) = torchfuser.last_report().kernels
+    assert "schedule=strided" in kernel.spec and kernel.tuning["winner"] == "strided 4x8"
+    assert "tiled 4x4 m32 n32 k16 does not fit" in kernel.tuning["source"]
+    assert limit in kernel.tuning["source"]  # the reason: "a 8x8 work-group exceeds ..." or "... local memory ..."
+
+
+def test_tiled_schedule_over_odd_shapes_weight_layouts_and_batches(gpu, monkeypatch):
+    """Every M, N and K in {1, 7, 127, 769}: tails in every dim; B transposed (a Linear weight) and as it
+    is; A row- and column-major; bmm. Bias + GELU + residual through the default tiled variant."""
+    from torchfuser.ir.program import ProgramBuilder
+    from torchfuser.runtime.gemm_launch import GemmKernel
+
+    monkeypatch.setattr(gemm_launch, "TILED_NARROW", gemm_launch.TILED_WIDE)  # one kernel to build, not two
+    builder = ProgramBuilder(["float32"] * 3)
+    value = builder.emit("gelu", (builder.emit("add", (0, 1), "float32"),), "float32")
+    kernel = GemmKernel(builder.build([builder.emit("add", (value, 2), "float32")]), group=0)
+    for m, k, n in [(1, 127, 769), (7, 769, 1), (127, 1, 7), (769, 7, 127)]:
+        bias, residual = torch.randn(n), torch.randn(m, n)
+        for a in (torch.randn(m, k), torch.randn(k, m).t()):
+            for b in (torch.randn(n, k).t(), torch.randn(k, n)):
+                assert_close(kernel(a, b, bias, residual), F.gelu(a @ b + bias) + residual, rtol=1e-4, atol=1e-4)
+    a, b, residual = torch.randn(3, 33, 40), torch.randn(3, 65, 40).transpose(1, 2), torch.randn(3, 33, 65)
+    bias = torch.randn(65)
+    assert_close(kernel(a, b, bias, residual), F.gelu(a @ b + bias) + residual, rtol=1e-4, atol=1e-4)
+    assert {(launch.spec.schedule, launch.spec.block_m) for launch in kernel._configs.values()} == {("tiled", 64)}
 
 
 def test_residual_add_and_scale_join_the_epilogue():
@@ -232,12 +279,14 @@ def test_residuals_with_any_strides_and_ones_that_cannot_be_rows():
     assert sorted(k.kind for k in torchfuser.last_report().kernels) == ["gemm", "pointwise"]
 
 
-@pytest.mark.parametrize("schedule", ["packed", "strided"])
+@pytest.mark.parametrize("schedule", ["packed", "strided", "tiled"])
 def test_batched_matmul_with_an_epilogue(schedule, monkeypatch):
-    if schedule == "strided":
+    if schedule != "packed":
         from torchfuser.runtime.device import Device
 
         monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+    if schedule == "strided":
+        small_device(monkeypatch)
 
     def fn(q, k, bias):
         return torch.softmax(torch.tanh(q @ k.transpose(-2, -1) * 0.125 + bias), dim=-1)
@@ -298,3 +347,28 @@ def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(variant,
     (gemm,) = [kernel for kernel in torchfuser.last_report().kernels if kernel.kind == "gemm"]
     tm, tn, kb, rb = variant
     assert f"tile={tm}x{tn}" in gemm.spec and f"k_block={kb} row_blocks={rb}" in gemm.spec
+
+
+@pytest.mark.parametrize("variant", gemm_launch.TILED_VARIANTS)
+def test_every_tiled_variant_over_ragged_blocks_transposed_weights_and_a_residual(variant, gpu, monkeypatch, tmp_path):
+    """M and N have full blocks of every size (32 to 128) and a ragged one, K several ragged local tiles;
+    the weight is read transposed; bias + ReLU + scale + residual run in registers. Every GPU variant."""
+    import torchfuser.runtime.autotune as autotune
+
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.tiled_variant(*variant)])
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+
+    def fn(a, w, bias, residual):
+        return residual + F.relu(a @ w.t() + bias) * 0.5
+
+    m, k, n = 128 + 5, 37, 128 + 13
+    a, w, bias, residual = torch.randn(m, k), torch.randn(n, k) / k**0.5, torch.randn(n), torch.randn(m, n)
+    a[5, 7] = float("inf")  # a non-finite input spreads down its row only, as in eager
+    with torch.no_grad():
+        assert_close(torchfuser.compile(fn)(a, w, bias, residual), fn(a, w, bias, residual), rtol=1e-4, atol=1e-4)
+    (gemm,) = [kernel for kernel in torchfuser.last_report().kernels if kernel.kind == "gemm"]
+    tm, tn, bm, bn, bk = variant
+    assert f"tile={tm}x{tn} schedule=tiled" in gemm.spec and f"k_block={bk}" in gemm.spec
+    assert f"block={bm}x{bn}" in gemm.spec and gemm.tuning["winner"] == gemm_launch.tiled_variant(*variant).name

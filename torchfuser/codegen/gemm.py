@@ -1,12 +1,14 @@
 """GemmSpec → OpenCL C: register-blocked GEMMs with the epilogue program applied before the store.
 
-Both schedules give each work-item a tile_m × tile_n block of C accumulated in registers over K. Tail rows
-clamp their loads to a valid row and skip their stores.
+Every schedule gives each work-item a tile_m × tile_n block of C accumulated in registers over K. Tail rows
+clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 - strided: A and B read through their strides (a transposed weight costs no copy); any device.
 - packed (CPU): B pre-packed into [N/tile_n][K][tile_n] panels so each k step is tile_n/16 contiguous
   float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). K is
   blocked so a slice of the panel stays in L1 while a stack of row tiles passes over it (the BLIS loop
   order). The epilogue runs on float16 vectors when the program allows it, else element by element.
+- tiled (GPU): a work-group per block of C; A and B tiles staged through local memory, zero-filled past
+  the edges, each work-item's register tile read from there (tiled_gemm_source).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from torchfuser.ir.specs import GemmSpec
 
 
 def gemm_source(spec: GemmSpec) -> str:
-    return packed_gemm_source(spec) if spec.schedule == "packed" else strided_gemm_source(spec)
+    sources = {"packed": packed_gemm_source, "tiled": tiled_gemm_source}
+    return sources.get(spec.schedule, strided_gemm_source)(spec)
 
 
 def _extra_params(spec: GemmSpec) -> list[str]:
@@ -179,6 +182,94 @@ __kernel void {spec.kernel_name}(
       const {idx} m = m0 + i, n = n0 + j;
       if (m < M && n < N) {{
         {store}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def tiled_local_floats(block_m: int, block_n: int, k_block: int) -> int:
+    """Local memory of a tiled kernel, in floats: the A and B tiles, each row padded by one."""
+    return k_block * (block_m + 1) + k_block * (block_n + 1)
+
+
+def tiled_gemm_source(spec: GemmSpec) -> str:
+    """The GPU schedule. A work-group of (block_n / tile_n) x (block_m / tile_m) items computes a
+    block_m x block_n block of C. Per k_block-deep step the group loads a block_m x k_block tile of A and a
+    k_block x block_n tile of B into local memory (through their strides, zero past M, N and K), waits at a
+    barrier, and each item accumulates its tile_m x tile_n outputs from there. An item's rows and columns
+    are strided by the group's height and width, so neighbouring items read neighbouring local words (no
+    bank conflicts) and store neighbouring columns of C (coalesced). The epilogue runs in registers."""
+    idx, tm, tn, bk = spec.index_type, spec.tile_m, spec.tile_n, spec.k_block
+    bm, bn = spec.block_m, spec.block_n
+    gx, gy = bn // tn, bm // tm  # the work-group's width (along N) and height (along M)
+    items = gx * gy
+    params = [
+        f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+        f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn, const {idx} sbb",
+        *_extra_params(spec), "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K",
+    ]
+    store = "\n          ".join(_scalar_epilogue(spec, "acc[i][j]") + ["C[m * N + n] = r;"])
+
+    def tile_load(rows: int, cols: int, fast_cols: str, local: str, value: str) -> str:
+        """Items spread over a rows x cols tile, consecutive items along the operand's contiguous dim."""
+        passes, ragged = -(-rows * cols // items), (rows * cols) % items
+        guard = f"if (l < {rows * cols}) " if ragged else ""
+        return (f"#pragma unroll\n    for (int p = 0; p < {passes}; ++p) {{\n"
+                f"      const int l = lid + p * {items};\n"
+                f"      const int r = {fast_cols} ? l / {cols} : l % {rows};\n"
+                f"      const int c = {fast_cols} ? l % {cols} : l / {rows};\n"
+                f"      {guard}{local} = {value};\n    }}")
+
+    # A tile: r along M, c along K, stored k-major; B tile: r along K, c along N. +1 pads break bank strides.
+    load_a = tile_load(bm, bk, "a_k_fast", "As[c][r]",
+                       "m0 + r < M && k0 + c < K ? A[offA + (m0 + r) * sam + (k0 + c) * sak] : 0.0f")
+    load_b = tile_load(bk, bn, "b_n_fast", "Bs[r][c]",
+                       "k0 + r < K && n0 + c < N ? B[offB + (k0 + r) * sbk + (n0 + c) * sbn] : 0.0f")
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue])}
+__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))
+void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  __local float As[{bk}][{bm + 1}];
+  __local float Bs[{bk}][{bn + 1}];
+  const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * {gx} + tx;
+  const {idx} n0 = ({idx})get_group_id(0) * {bn};
+  const {idx} m0 = ({idx})get_group_id(1) * {bm};
+  {_batch_prologue(spec, "B")}
+  // no early return: every item of the group must reach the barriers
+  const int a_k_fast = sak <= sam, b_n_fast = sbn <= sbk;
+  float acc[{tm}][{tn}];
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) acc[i][j] = 0.0f;
+  for ({idx} k0 = 0; k0 < K; k0 += {bk}) {{
+    {load_a}
+    {load_b}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
+    for (int kk = 0; kk < {bk}; ++kk) {{
+      float a[{tm}], b[{tn}];
+      #pragma unroll
+      for (int i = 0; i < {tm}; ++i) a[i] = As[kk][ty + i * {gy}];
+      #pragma unroll
+      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * {gx}];
+      #pragma unroll
+      for (int i = 0; i < {tm}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {tn}; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);  // the next step overwrites the tiles
+  }}
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i) {{
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) {{
+      const {idx} m = m0 + ty + i * {gy}, n = n0 + tx + j * {gx};
+      if (m < M && n < N) {{
+          {store}
       }}
     }}
   }}

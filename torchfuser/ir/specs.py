@@ -82,19 +82,28 @@ class GemmSpec:
     tile_m: int = 4
     tile_n: int = 8
     # "strided": A and B read through their strides (any device). "packed": B pre-packed into
-    # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe).
+    # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe). "tiled": a
+    # work-group per block_m x block_n block of C, A and B staged through local memory (the GPU recipe).
     schedule: str = "strided"
     extra_layouts: tuple[str, ...] = ()  # packed: per extra input "row" (n-contiguous), "bcast" or "strided"
-    k_block: int = 0  # packed: K in blocks of this many (0: all of K at once)
+    k_block: int = 0  # packed: K in blocks of this many (0: all of K at once); tiled: depth of a local tile
     row_blocks: int = 1  # packed: row tiles per work-item, each passing over the same K block of the panel
+    block_m: int = 0  # tiled: rows of C per work-group (block_m / tile_m work-items along M)
+    block_n: int = 0  # tiled: columns of C per work-group (block_n / tile_n work-items along N)
 
     kind = "gemm"
 
     def __post_init__(self):
         if self.dtype != "float32":
             raise ValueError("the GEMM template supports float32")
-        if self.schedule not in ("strided", "packed"):
-            raise ValueError("schedule is 'strided' or 'packed'")
+        if self.schedule not in ("strided", "packed", "tiled"):
+            raise ValueError("schedule is 'strided', 'packed' or 'tiled'")
+        tiled = self.schedule == "tiled"
+        if tiled and not (self.k_block > 0 and self.block_m > 0 and self.block_n > 0
+                          and self.block_m % self.tile_m == 0 and self.block_n % self.tile_n == 0):
+            raise ValueError("tiled GEMM: k_block > 0 and blocks that are whole multiples of the item tile")
+        if not tiled and (self.block_m or self.block_n):
+            raise ValueError("block_m and block_n belong to the tiled schedule")
         if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
             raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
         if self.k_block < 0 or self.row_blocks < 1:
@@ -112,7 +121,9 @@ class GemmSpec:
         return (
             f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n} "
             f"schedule={self.schedule} extras={','.join(self.extra_layouts)} "
-            f"k_block={self.k_block} row_blocks={self.row_blocks}\n"
+            f"k_block={self.k_block} row_blocks={self.row_blocks}"
+            # only tiled specs carry blocks: the other schedules' key texts stay what they were
+            f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}\n"
             f"{self.epilogue.text()}"
         )
 

@@ -2,7 +2,8 @@
 
 For each (device, shapes, strides, epilogue) the tuner runs every candidate (template tiles; on shared-
 memory devices also the host BLAS + OpenCL epilogue) on random inputs with the graph's layouts, checks it
-against the PyTorch reference, and keeps the fastest that is right. Choices live in
+against the PyTorch reference, and keeps the fastest that is right. A tiled (GPU) variant whose work-group
+or local memory exceeds the device's limits is rejected with the reason, not run. Choices live in
 $TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
 warning. TORCHFUSER_AUTOTUNE=0 takes the heuristic choice without a search.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -20,6 +22,7 @@ import warnings
 
 import torch
 
+from torchfuser.runtime import gemm_launch
 from torchfuser.runtime.gemm_launch import GemmKernel, GemmVariant, candidate_variants, default_variant
 from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
 
@@ -77,6 +80,7 @@ class TuningDatabase:
 def tune_gemm(runtime, kernel: GemmKernel, inputs) -> dict:
     """Choose the variant for these (fake or real) inputs; sets kernel.choices and returns the record."""
     device = runtime.device
+    kernel.limits = gemm_launch.device_limits(device)
     shape_key = kernel.shape_key(inputs)
     flops = 2 * inputs[0].numel() * inputs[1].shape[-1]
     record = None
@@ -93,8 +97,9 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs) -> dict:
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
         why = f"{flops:.0f} FLOP: too small to tune" if autotune_enabled() else "TORCHFUSER_AUTOTUNE=0"
-        record = {"winner": default_variant(device.type_name, inputs[1].shape[-1]).name, "candidates": {},
-                  "source": f"heuristic ({why})"}
+        variant, misfit_note = gemm_launch.fitted(default_variant(device.type_name, inputs[1].shape[-1]), kernel.limits)
+        record = {"winner": variant.name, "candidates": {},
+                  "source": f"heuristic ({why}{f'; {misfit_note}' if misfit_note else ''})"}
     kernel.choices[shape_key] = GemmVariant.parse(record["winner"])
     kernel.tuning[shape_key] = record
     return record
@@ -120,11 +125,19 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
         if live and time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
             print(f"\rtorchfuser: tuning GEMM {m}x{n}x{k} [{step}/{len(candidates)}] {variant.name:<12}",
                   end="", file=sys.stderr, flush=True)
+        why = gemm_launch.misfit(variant, kernel.limits)
+        if why:
+            rejected[variant.name] = f"does not fit the device: {why}"
+            continue
         launch = kernel.launch_for(variant, inputs)
         try:
-            runtime.build(launch.spec)
+            built, _ = runtime.build(launch.spec)
         except KernelBuildError as error:
             rejected[variant.name] = f"build failed: {error.log.strip()[:200]}"
+            continue
+        why = _kernel_group_limit(built, runtime.device, launch.local_size)
+        if why:
+            rejected[variant.name] = f"does not fit the device: {why}"
             continue
         samples = []
         for _ in range(REPEATS + 1):
@@ -145,3 +158,17 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
         print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
               f"variants in {elapsed:.1f} s", file=sys.stderr)
     return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}
+
+
+def _kernel_group_limit(built, device, local_size) -> str | None:
+    """A built kernel may allow fewer items per group than the device (register pressure): check ours."""
+    if local_size is None:
+        return None
+    import pyopencl as cl
+
+    group = math.prod(local_size)
+    try:
+        allowed = built.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+    except cl.Error:
+        return None
+    return f"the built kernel allows {allowed} items per group, not {group}" if group > allowed else None

@@ -2,18 +2,22 @@
 
 On CPU devices the packed schedule runs: B (usually a weight viewed as its transpose) is packed once into
 [N/tile_n][K][tile_n] panels and the packed copy is reused while the tensor it was made from is the same
-object at the same version (an optimiser step bumps the version and forces a re-pack). Other devices use
-the strided schedule, which reads A and B as they are.
+object at the same version (an optimiser step bumps the version and forces a re-pack). Other devices (GPUs)
+use the tiled schedule: work-groups stage A and B tiles through local memory, read through their strides.
+A tiled configuration that exceeds the device's work-group or local-memory limits runs strided instead
+(no local memory, groups of at most 4 items), and the tuning record says so.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from torchfuser.codegen.gemm import tiled_local_floats
 from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Program
@@ -22,23 +26,34 @@ from torchfuser.runtime.launch import (
     INT32_MAX, FusedKernel, Launch, PointwiseKernel, PointwiseLaunch, broadcast_strides, extent,
 )
 
+logger = logging.getLogger("torchfuser")
+
+
 @dataclass(frozen=True)
 class GemmVariant:
-    """One way to run a GEMM: a schedule of the template (tile, K block, row tiles per work-item), or the
-    host BLAS + epilogue."""
+    """One way to run a GEMM: a schedule of the template (tile, K block, row tiles per work-item; tiled: the
+    work-group's block of C and its K depth), or the host BLAS + epilogue."""
 
-    schedule: str  # packed | strided | extern
+    schedule: str  # packed | strided | tiled | extern
     tile_m: int = 0
     tile_n: int = 0
     k_block: int = 0
     row_blocks: int = 1
+    block_m: int = 0
+    block_n: int = 0
 
     @property
     def name(self) -> str:
         if self.schedule == "extern":
             return "extern"
-        blocking = f" k{self.k_block} r{self.row_blocks}" if self.schedule == "packed" else ""
+        blocking = {"packed": f" k{self.k_block} r{self.row_blocks}",
+                    "tiled": f" m{self.block_m} n{self.block_n} k{self.k_block}"}.get(self.schedule, "")
         return f"{self.schedule} {self.tile_m}x{self.tile_n}{blocking}"
+
+    @property
+    def group_shape(self) -> tuple[int, int]:
+        """tiled: work-items per group along N and along M."""
+        return self.block_n // self.tile_n, self.block_m // self.tile_m
 
     @classmethod
     def parse(cls, name: str) -> "GemmVariant":
@@ -47,7 +62,8 @@ class GemmVariant:
             return cls("extern")
         tile_m, tile_n = (int(v) for v in fields[0].split("x"))
         blocking = {f[0]: int(f[1:]) for f in fields[1:]}
-        return cls(schedule, tile_m, tile_n, blocking.get("k", 0), blocking.get("r", 1))
+        return cls(schedule, tile_m, tile_n, blocking.get("k", 0), blocking.get("r", 1),
+                   blocking.get("m", 0), blocking.get("n", 0))
 
 
 # the autotuner's CPU search space: (tile_m, tile_n, k_block, row_blocks). 8x32 is 16 float16 accumulators
@@ -56,18 +72,64 @@ PACKED_VARIANTS = ((8, 32, 256, 8), (8, 32, 128, 16), (8, 32, 192, 8), (8, 32, 2
                    (8, 32, 0, 1), (8, 16, 256, 8))
 
 
+# the GPU search space: (tile_m, tile_n, block_m, block_n, k_block). 256-item groups of 4x4 to 8x8 outputs
+# per item (16-64 accumulator registers), 8-13 KiB of local memory; 32x32 blocks give small GEMMs more groups.
+TILED_WIDE, TILED_NARROW = (4, 4, 64, 64, 16), (4, 4, 32, 32, 16)  # the no-search choices
+TILED_VARIANTS = (TILED_WIDE, (8, 4, 128, 64, 16), (8, 8, 128, 128, 8), TILED_NARROW)
+STRIDED_VARIANT = GemmVariant("strided", 4, 8)  # needs no local memory and groups of at most 4 items
+
+
+def tiled_variant(tile_m, tile_n, block_m, block_n, k_block) -> GemmVariant:
+    return GemmVariant("tiled", tile_m, tile_n, k_block, 1, block_m, block_n)
+
+
 def default_variant(device_type: str, n: int) -> GemmVariant:
-    """The no-search choice: packed 8x32 (8x16 for narrow outputs) K-blocked by 256 on CPUs, strided elsewhere."""
+    """The no-search choice: packed 8x32 (8x16 for narrow outputs) K-blocked by 256 on CPUs, tiled 64x64
+    blocks (32x32 for narrow outputs) elsewhere."""
     if device_type == "CPU":
         return GemmVariant("packed", 8, 32 if n > 16 else 16, 256, 8)
-    return GemmVariant("strided", 4, 8)
+    return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
 def candidate_variants(device) -> list[GemmVariant]:
     if device.type_name != "CPU":
-        return [GemmVariant("strided", tm, tn) for tm, tn in ((4, 8), (2, 4), (8, 4))]
+        return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS]
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    max_group: int  # CL_DEVICE_MAX_WORK_GROUP_SIZE
+    max_items: tuple[int, ...]  # CL_DEVICE_MAX_WORK_ITEM_SIZES, per dimension
+    local_bytes: int  # CL_DEVICE_LOCAL_MEM_SIZE
+
+
+def device_limits(device) -> DeviceLimits | None:
+    if device is None:
+        return None
+    d = device.cl_device
+    return DeviceLimits(d.max_work_group_size, tuple(d.max_work_item_sizes), d.local_mem_size)
+
+
+def misfit(variant: GemmVariant, limits: DeviceLimits | None) -> str | None:
+    """Why `variant` cannot launch on a device with these limits; None when it can (or they are unknown)."""
+    if variant.schedule != "tiled" or limits is None:
+        return None
+    gx, gy = variant.group_shape
+    if gx * gy > limits.max_group or gx > limits.max_items[0] or gy > limits.max_items[1]:
+        return (f"a {gx}x{gy} work-group exceeds the device's {limits.max_group} items "
+                f"({'x'.join(map(str, limits.max_items[:2]))} per dimension)")
+    local = 4 * tiled_local_floats(variant.block_m, variant.block_n, variant.k_block)
+    if local > limits.local_bytes:
+        return f"{local} bytes of local memory exceed the device's {limits.local_bytes}"
+    return None
+
+
+def fitted(variant: GemmVariant, limits: DeviceLimits | None) -> tuple[GemmVariant, str | None]:
+    """`variant`, or the strided schedule with the reason when it does not fit the device."""
+    why = misfit(variant, limits)
+    return (variant, None) if why is None else (STRIDED_VARIANT, f"{variant.name} does not fit: {why}; runs strided")
 
 
 def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
@@ -142,6 +204,7 @@ class GemmKernel(FusedKernel):
         self.packer = PackedWeights()
         self.choices: dict[tuple, GemmVariant] = {}  # shape key -> variant (from the autotuner)
         self.tuning: dict[tuple, dict] = {}  # shape key -> what the autotuner measured, for the report
+        self.limits: DeviceLimits | None = None  # the device's, set by the autotuner (None: not yet known)
 
     def reference(self, a, b, *extras):
         acc = torch.matmul(a, b)
@@ -152,7 +215,17 @@ class GemmKernel(FusedKernel):
         return (tuple(inputs[0].shape), tuple(inputs[1].shape))
 
     def _configure(self, inputs, device_type) -> Launch:
-        variant = self.choices.get(self.shape_key(inputs)) or default_variant(device_type, inputs[1].shape[-1])
+        variant = self.choices.get(self.shape_key(inputs))  # the autotuner's choices already fit the device
+        if variant is None:
+            variant = default_variant(device_type, inputs[1].shape[-1])
+            if variant.schedule == "tiled":
+                if self.limits is None:  # never tuned (a manual op): the device run_single uses
+                    from torchfuser.runtime.device import get_device
+
+                    self.limits = device_limits(get_device())
+                variant, why = fitted(variant, self.limits)
+                if why:
+                    logger.info("torchfuser: %s: %s", self.__name__, why)
         return self.launch_for(variant, inputs)
 
     def launch_for(self, variant: GemmVariant, inputs) -> Launch:
@@ -166,12 +239,17 @@ class GemmKernel(FusedKernel):
         reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
-        packed = variant.schedule == "packed"
+        packed, tiled = variant.schedule == "packed", variant.schedule == "tiled"
         spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
-                        variant.schedule, layouts, variant.k_block if packed else 0, variant.row_blocks if packed else 1)
+                        variant.schedule, layouts, variant.k_block if packed or tiled else 0,
+                        variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
+                        variant.block_n if tiled else 0)
         panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
         if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
             grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
+        elif tiled:  # a group per block of C; the kernel requires exactly this group shape
+            gx, gy = variant.group_shape
+            grid, local = (-(-n // spec.block_n) * gx, -(-m // spec.block_m) * gy, batch), (gx, gy, 1)
         else:  # groups of a few row tiles share a B panel
             grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
         a_strides = _mnb(a.stride(), a.dim())

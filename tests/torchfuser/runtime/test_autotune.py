@@ -95,3 +95,26 @@ def test_tiny_gemms_are_not_worth_a_search(tuning, monkeypatch):
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 2e7)
     kernel = compile_and_check(model(), torch.randn(3, 48))
     assert "too small to tune" in kernel["tuning"]["source"]
+
+
+def test_variant_names_round_trip():
+    variants = [gemm_launch.GemmVariant("packed", *v) for v in gemm_launch.PACKED_VARIANTS]
+    variants += [gemm_launch.tiled_variant(*v) for v in gemm_launch.TILED_VARIANTS]
+    variants += [gemm_launch.STRIDED_VARIANT, gemm_launch.GemmVariant("extern")]
+    assert [gemm_launch.GemmVariant.parse(v.name) for v in variants] == variants
+    assert gemm_launch.tiled_variant(8, 4, 128, 64, 16).name == "tiled 8x4 m128 n64 k16"
+    assert gemm_launch.STRIDED_VARIANT.name == "strided 4x8"  # names already in tuning databases stay
+
+
+def test_gpu_search_rejects_tiled_variants_the_device_cannot_fit(tuning, monkeypatch):
+    """A device with groups of at most 16 items: every tiled candidate is rejected, with the reason, unrun."""
+    from torchfuser.runtime.device import Device
+
+    monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+    limits = gemm_launch.DeviceLimits(16, (16, 16, 16), 1 << 16)
+    monkeypatch.setattr(gemm_launch, "device_limits", lambda device: limits)
+    record = compile_and_check(model(), torch.randn(33, 48))["tuning"]
+    tiled = {gemm_launch.tiled_variant(*v).name for v in gemm_launch.TILED_VARIANTS}
+    assert record["winner"] == "strided 4x8" and set(record["candidates"]) == {"strided 4x8"}
+    assert set(record["rejected"]) == tiled
+    assert all("does not fit the device: a " in why and "16 items" in why for why in record["rejected"].values())
