@@ -43,8 +43,7 @@ VEC tf_exp_nonpositive(const VEC x) {
   p = fma(p, r, (VEC)(1.0f));
   p = fma(p, r, (VEC)(1.0f));
   const VEC scale = as_VEC((convert_INTVEC(n) + 127) << 23);
-  const VEC y = select(p * scale, (VEC)(0.0f), x < -87.0f);
-  return select(y, x, isnan(x));
+  return select(p * scale, (VEC)(0.0f), x < -87.0f);  /* a NaN x made p NaN: it stays NaN */
 }
 """
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -188,8 +187,8 @@ def _key_block(spec: AttentionSpec, live: range) -> list[str]:
     vec = f"float{w}"
     kd = "" if spec.layouts[1] == "contig" else " * sKd"
     lines = [f"const int n_keys = (int)min(({idx}){kb}, s_end - s0);",
-             f"__global const float* restrict kb = K + kbase + s0 * sKr;",
-             f"__global const float* restrict vb = V + vbase + s0 * sVr;"]
+             "__global const float* restrict krows = K + kbase + s0 * sKr;",
+             "__global const float* restrict vrows = V + vbase + s0 * sVr;"]
     lines += [f"{vec} sc{x}_{j} = ({vec})(0.0f);" for j in range(kb) for x in live]
     for full in (True, False):  # a full block, then the last partial one (rows clamped to the last key)
         lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
@@ -198,7 +197,7 @@ def _key_block(spec: AttentionSpec, live: range) -> list[str]:
         for j in range(kb):
             row = _row_offset(spec.kv_row_strides[0], "sKr", j) if full else f"min({j}, n_keys - 1) * sKr"
             fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in live)
-            lines.append(f"    {{ const {vec} kj = ({vec})(kb[{row} + i{kd}]); {fmas} }}")
+            lines.append(f"    {{ const {vec} kj = ({vec})(krows[{row} + i{kd}]); {fmas} }}")
         lines.append("  }")
     lines.append("}")
     lines += _score_program(spec, live)
@@ -229,10 +228,13 @@ def _score_program(spec: AttentionSpec, live: range) -> list[str]:
             for x in live:
                 lines += ["{"] + ["  " + line for line in (
                     vector(x, j) if vector else _lane_program(spec, x, j))] + ["}"]
-    for j in range(kb):
+    if spec.causal:  # key s is seen by row t when s <= t: only blocks reaching past a vector's first row
         for x in live:
-            if spec.causal:  # key s is seen by row t when s <= t
-                lines.append(f"sc{x}_{j} = select(sc{x}_{j}, ({vec})(-INFINITY), (int{w})((int)s0 + {j}) > tq{x});")
+            lines.append(f"if (s0 + {kb - 1} > t0 + {x * w}) {{")
+            lines += [f"  sc{x}_{j} = select(sc{x}_{j}, ({vec})(-INFINITY), (int{w})((int)s0 + {j}) > tq{x});"
+                      for j in range(kb)]
+            lines.append("}")
+    for j in range(kb):
         tail = " ".join(f"sc{x}_{j} = ({vec})(-INFINITY);" for x in live)
         lines.append(f"if ({j} >= n_keys) {{ {tail} }}")
     return lines
@@ -384,7 +386,7 @@ def _weighted_values(spec: AttentionSpec, live: range) -> list[str]:
             row = _row_offset(spec.kv_row_strides[1], "sVr", j)
             for u in range(count):
                 fmas = " ".join(f"o{x}_{u} = fma(p{x}_{j}, vj, o{x}_{u});" for x in live)
-                load = f"const {vec} vj = ({vec})(vb[{row} + ({start} + {u}){vd}]);"
+                load = f"const {vec} vj = ({vec})(vrows[{row} + ({start} + {u}){vd}]);"
                 out.append(f"{{ {load} {fmas} }}" if full else f"if ({j} < n_keys) {{ {load} {fmas} }}")
         out += [f"acc{x}[{start} + {u}] = o{x}_{u};" for x in live for u in range(count)]
         return out
