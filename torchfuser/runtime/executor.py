@@ -39,6 +39,12 @@ PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 _cl = None  # pyopencl, imported on first use (an import statement per launch costs as much as a dict lookup)
 
 
+def _copy_kernel(kernel):
+    """Another cl.Kernel of the same program function, with its own arguments (~0.1 ms, once per launch)."""
+    cl = _cl or _pyopencl()
+    return cl.Kernel(kernel.get_info(cl.kernel_info.PROGRAM), kernel.function_name)
+
+
 def _pyopencl():
     global _cl
     if _cl is None:
@@ -49,7 +55,7 @@ def _pyopencl():
 
 
 class Runtime:
-    """Per-device state shared by all compiled graphs: binder, host arena, and who set each kernel's args."""
+    """Per-device state shared by all compiled graphs: binder and host arena."""
 
     _by_device: dict = {}
 
@@ -57,18 +63,10 @@ class Runtime:
         self.device = device
         self.arena = HostArena()
         self.binder = ZeroCopyBinder(device) if device.zero_copy else CopyingBinder(device)
-        # id(cl.Kernel) -> the argument list last set on it: a launch re-sets all arguments when another
-        # one set them last. A plan's launch that finds its spec's kernel claimed by another makes its own.
-        self.arg_owner: dict[int, list] = {}
-        self.claimed: set[int] = set()
-
-    def own_kernel(self, built):
-        """A cl.Kernel whose arguments only this caller sets: the built one first, then copies (~0.1 ms each)."""
-        if id(built.kernel) not in self.claimed:
-            self.claimed.add(id(built.kernel))
-            return built.kernel
-        cl = _cl or _pyopencl()
-        return cl.Kernel(built.kernel.get_info(cl.kernel_info.PROGRAM), built.kernel.function_name)
+        # On a CPU device kernels run on the host's cores: host work between launches only slows them down
+        # (measured 15-30% per call on 2 vCPUs), so a call prepares every launch first and enqueues them
+        # together when something waits. A GPU starts each kernel as soon as it is enqueued.
+        self.defer_launches = device.type_name == "CPU"
 
     @classmethod
     def for_device(cls, device) -> "Runtime":
@@ -99,14 +97,22 @@ class _Slot:
 
 
 class Bound:
-    """A configured launch ready to enqueue again: built kernel, output layouts, argument lists by offsets."""
+    """A configured launch ready to enqueue again: kernel, output layouts, argument lists by input offsets.
 
-    __slots__ = ("launch", "built", "kernel", "typed", "outputs", "label", "prepares", "arguments")
+    A plan's Bound is `exclusive`: it runs its own copy of the built cl.Kernel, so the arguments it set
+    stay set (a steady call sets none) and a pending launch's arguments cannot be changed by another. One-off
+    launches (run_single, the autotuner) use the built kernel itself and set every argument each time.
+    """
 
-    def __init__(self, launch: Launch, built, label: str, kernel=None):
+    __slots__ = ("launch", "built", "kernel", "exclusive", "typed", "armed", "outputs", "label", "prepares",
+                 "arguments")
+
+    def __init__(self, launch: Launch, built, label: str, exclusive: bool = False):
         self.launch, self.built, self.label = launch, built, label
-        self.kernel = kernel if kernel is not None else built.kernel if built is not None else None
+        self.exclusive = exclusive and built is not None
+        self.kernel = _copy_kernel(built.kernel) if self.exclusive else built.kernel if built is not None else None
         self.typed = False  # scalar argument dtypes declared on self.kernel
+        self.armed = None  # the argument list self.kernel holds (exclusive kernels only)
         self.outputs = [OutputLayout.of(*o) for o in launch.outputs]
         self.prepares = type(launch).prepare is not Launch.prepare
         self.arguments: dict[tuple, tuple[list, list]] = {}  # input offsets -> (argument list, slot positions)
@@ -128,14 +134,17 @@ class Bound:
 class _Call:
     """State of one call: pending launches and what they keep alive."""
 
-    __slots__ = ("runtime", "binding", "dirty", "alive", "events")
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.binding = runtime.binder.begin_call()
-        self.dirty: set[int] = set()  # storage addresses that enqueued kernels write
+        self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) kernels write
         self.alive: list = []
         self.events: list = []
+        # Launches bound but not yet enqueued (see Runtime.defer_launches). Each holds its own cl.Kernel
+        # (KernelStep claims or copies one), so no later launch in the call changes its arguments.
+        self.pending: list | None = [] if runtime.defer_launches else None
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = target.configure(inputs, self.runtime.device.type_name)
@@ -164,10 +173,14 @@ class _Call:
             buffers += [self.binding.output_buffer(o) for o in outs]
             offsets = tuple([t.storage_offset() for t in inputs])
             self._set_arguments(bound, buffers, offsets)
-            cl = _cl or _pyopencl()
-            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
-                                               launch.local_size)
-            self.events.append((bound.label, event))
+            if self.pending is not None and bound.exclusive:
+                self.pending.append(bound)
+            else:
+                self.flush()  # launches run in call order
+                cl = _cl or _pyopencl()
+                event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
+                                                   launch.local_size)
+                self.events.append((bound.label, event))
             self.alive.append((inputs, outs))
             for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                 self.dirty.add(o.data_ptr())
@@ -177,10 +190,10 @@ class _Call:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _set_arguments(self, bound: Bound, buffers: list, offsets: tuple) -> None:
-        kernel, owner = bound.kernel, self.runtime.arg_owner
+        kernel = bound.kernel
         if bound.launch.static_arguments:
             args, positions = bound.argument_list(offsets)
-            changed = owner.get(id(kernel)) is not args
+            changed = bound.armed is not args
             for k, i in positions:
                 if args[k] is not buffers[i]:
                     args[k] = buffers[i]
@@ -191,14 +204,13 @@ class _Call:
             n_in = len(offsets)
             args = bound.launch.arguments(buffers[:n_in], list(offsets), buffers[n_in:])
         if not bound.typed:  # declared scalar types make set_args ~50x cheaper in pyopencl
-            shared = kernel is bound.built.kernel  # BuiltKernel.typed says whether its own kernel is typed
-            if not (shared and bound.built.typed):
+            if bound.exclusive or not bound.built.typed:  # BuiltKernel.typed: its own kernel is typed
                 kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in args])
-            bound.built.typed |= shared
+            bound.built.typed |= not bound.exclusive
             bound.typed = True
         kernel.set_args(*args)
         # The list holds the buffers the kernel now points at, so none is released while set there.
-        owner[id(kernel)] = args if bound.launch.static_arguments else None
+        bound.armed = args if bound.exclusive and bound.launch.static_arguments else None
 
     def _aligned(self, t: torch.Tensor) -> torch.Tensor:
         return self.runtime.arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(t)
@@ -211,7 +223,19 @@ class _Call:
         if self.reads_pending(tensors):
             self.sync()
 
+    def flush(self) -> None:
+        """Enqueue the pending launches, in order."""
+        if self.pending:
+            cl = _cl or _pyopencl()
+            queue = self.runtime.device.queue
+            for bound in self.pending:
+                launch = bound.launch
+                event = cl.enqueue_nd_range_kernel(queue, bound.kernel, launch.global_size, launch.local_size)
+                self.events.append((bound.label, event))
+            self.pending.clear()
+
     def sync(self) -> None:
+        self.flush()
         self.binding.to_host()
         self.dirty.clear()
         self.alive.clear()
@@ -243,7 +267,7 @@ class KernelStep:
     def _bind(self, call: _Call, args) -> Bound:
         launch = self.target.configure(args, call.runtime.device.type_name)
         built = None if launch.empty else self.plan.kernel_for(launch.spec)
-        bound = Bound(launch, built, self.name, call.runtime.own_kernel(built) if built is not None else None)
+        bound = Bound(launch, built, self.name, exclusive=True)
         if len(self.bound) >= 64:  # layouts that keep changing: do not grow without bound
             self.bound.clear()
         self.bound[tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])] = bound
