@@ -130,6 +130,7 @@ def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
         "graphs": len(reports), "launches": launches, "eager_ops": eager_ops, "eager_compute_ops": eager_compute_ops,
         "fallbacks": dict(Counter(f.op.removeprefix("aten.") for r in reports for f in r.fallbacks)),
         "kernel_seconds": sum(k["per_call"] for k in kernels), "top": kernels[:5],
+        "extern_gemms": sum(k["variant"] == "extern" for k in kernels),
     }
 
 
@@ -166,6 +167,9 @@ def format_blocks(rows: list[dict]) -> str:
                      + f"; max |torchfuser - eager| {r['max_error']:.1e}, {r['graphs']} graph(s))")
         fallbacks = ", ".join(f"{op} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
         lines.append(f"  in PyTorch: {fallbacks}")
+        host = r["medians"]["torchfuser"] - r["kernel_seconds"]
+        lines.append(f"  host time (median call - kernel time): {max(host, 0) * 1e3:.2f} ms: the BLAS of "
+                     f"{r['extern_gemms']} [extern] GEMM(s), ops in PyTorch, launching")
         lines.append(f"  top kernels by profiled time per call ({r['kernel_seconds'] * 1e3:.2f} ms in all):")
         for k in r["top"]:
             variant = f" [{k['variant']}]" if k["variant"] else ""

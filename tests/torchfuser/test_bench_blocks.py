@@ -26,7 +26,7 @@ def test_block_row(name):
     assert all(seconds > 0 for seconds in row["medians"].values())
     assert 0 < row["launches"] < row["eager_compute_ops"] <= row["eager_ops"]  # fusion shows in the counts
     assert row["max_error"] <= 1e-4 and row["graphs"] >= 1
-    assert row["kernel_seconds"] > 0
+    assert row["kernel_seconds"] > 0 and 0 <= row["extern_gemms"] <= row["launches"]
     assert 0 < len(row["top"]) <= 5
     assert [k["per_call"] for k in row["top"]] == sorted((k["per_call"] for k in row["top"]), reverse=True)
     assert all(k["per_call"] > 0 and k["kind"] in {"gemm", "pointwise", "reduction", "attention"} for k in row["top"])
