@@ -90,6 +90,17 @@ def test_fully_masked_rows_as_in_eager():
     assert len(attention_kernels()) == 1
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_and_inf_inputs_give_nan_where_eager_does(causal):
+    """The kernel's max and exp skip IEEE fmax's NaN rule: a NaN or inf score still poisons its row."""
+    q, k, v = torch.randn(1, 2, 40, 64), torch.randn(1, 2, 40, 64), torch.randn(1, 2, 40, 64)
+    q[0, 0, 5, 3], k[0, 1, 7, 0], k[0, 0, 30] = math.nan, INF, math.nan
+    expected = sdpa(q, k, v, causal=causal)
+    actual = compiled(lambda q, k, v: sdpa(q, k, v, causal=causal), q, k, v)
+    assert torch.equal(actual.isnan(), expected.isnan()) and expected.isnan().any()
+    assert_close(actual.nan_to_num(), expected.nan_to_num())
+
+
 @pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 1), (8, 8)])
 def test_grouped_query_attention(heads, kv_heads):
     q, k, v = torch.randn(2, heads, 11, 64), torch.randn(2, kv_heads, 13, 64), torch.randn(2, kv_heads, 13, 64)

@@ -31,6 +31,9 @@ PV_UNROLL = 4  # head-dim elements per step of p·v: 4 x 2 independent accumulat
 # degree 7 (remainder < 6e-9, under float rounding), times 2^n built in the exponent bits. n is rounded by
 # adding 1.5 * 2^23 (PoCL's vector rint is a long select chain). Below -87 the result would be subnormal: 0.
 EXP_NONPOSITIVE = """
+/* x86's max instruction: fmax's NaN rule costs a compare and a blend (a NaN score still makes its row NaN:
+   through the max, or through its own exp) */
+#define tf_max(a, b) select((b), (a), (a) > (b))
 VEC tf_exp_nonpositive(const VEC x) {
   const VEC n = fma(x, (VEC)(0x1.715476p+0f), (VEC)(0x1.8p+23f)) - (VEC)(0x1.8p+23f);
   const VEC r = fma(n, (VEC)(-0x1.62e4p-1f), fma(n, (VEC)(-0x1.7f7d1cp-20f), x));
@@ -360,17 +363,22 @@ def _online_softmax(spec: AttentionSpec, x: int) -> list[str]:
     """New running max per lane; rescale factor for the old sum and accumulators; p = exp(score - max).
     A lane whose keys are all masked so far keeps max -inf and subtracts 0 instead (p = 0, no NaN)."""
     vec, kb = f"float{spec.lanes}", KEY_BLOCK
-    block_max = f"sc{x}_0"
-    for j in range(1, kb):
-        block_max = f"fmax({block_max}, sc{x}_{j})"
+    block_max = _tree([f"sc{x}_{j}" for j in range(kb)], lambda a, b: f"tf_max({a}, {b})")
     return [
-        f"const {vec} m_new{x} = fmax(m{x}, {block_max});",
+        f"const {vec} m_new{x} = tf_max(m{x}, {block_max});",
         f"const {vec} m_use{x} = select(m_new{x}, ({vec})(0.0f), m_new{x} == ({vec})(-INFINITY));",
         f"const {vec} corr{x} = tf_exp_nonpositive(m{x} - m_use{x});",
         f"m{x} = m_new{x};",
         *[f"const {vec} p{x}_{j} = tf_exp_nonpositive(sc{x}_{j} - m_use{x});" for j in range(kb)],
-        f"l{x} = fma(l{x}, corr{x}, " + " + ".join(f"p{x}_{j}" for j in range(kb)) + ");",
+        f"l{x} = fma(l{x}, corr{x}, {_tree([f'p{x}_{j}' for j in range(kb)], lambda a, b: f'({a} + {b})')});",
     ]
+
+
+def _tree(values: list[str], combine) -> str:
+    """A balanced reduction: log2 of the dependency chain a left fold would have."""
+    while len(values) > 1:
+        values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
 
 
 def _weighted_values(spec: AttentionSpec, live: range) -> list[str]:
