@@ -27,7 +27,7 @@ from torchfuser.runtime.gemm_launch import GemmKernel, GemmVariant, candidate_va
 from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
 
 DB_VERSION = 2  # 2: packed variants carry their K block and row tiles
-REPEATS = 5
+REPEATS = 7  # interleaved timing rounds per search
 PROGRESS_AFTER_SECONDS = 1.0
 SEARCH_MIN_FLOPS = 2e7  # below this a GEMM takes microseconds: a search (builds!) costs more than it wins
 
@@ -113,18 +113,22 @@ def _real_like(t: torch.Tensor) -> torch.Tensor:
 
 
 def _search(runtime, kernel: GemmKernel, inputs) -> dict:
-    from torchfuser.runtime.executor import _Call
-
+    """Build and check every candidate, then time the correct ones in interleaved rounds (medians): the load
+    of a shared machine changes by the second, and sequential timing would hand the win to whichever
+    candidate ran in a quiet moment."""
     m, k, n = inputs[0].shape[0], inputs[0].shape[1], inputs[1].shape[1]
     expected = kernel.reference(*inputs)
     candidates = candidate_variants(runtime.device)
-    times, rejected = {}, {}
+    ready, rejected = {}, {}
     started = time.perf_counter()
     live = sys.stderr.isatty()
-    for step, variant in enumerate(candidates, start=1):
+
+    def progress(what: str) -> None:
         if live and time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
-            print(f"\rtorchfuser: tuning GEMM {m}x{n}x{k} [{step}/{len(candidates)}] {variant.name:<12}",
-                  end="", file=sys.stderr, flush=True)
+            print(f"\rtorchfuser: tuning GEMM {m}x{n}x{k}: {what:<32}", end="", file=sys.stderr, flush=True)
+
+    for step, variant in enumerate(candidates, start=1):
+        progress(f"building [{step}/{len(candidates)}] {variant.name}")
         why = gemm_launch.misfit(variant, kernel.limits)
         if why:
             rejected[variant.name] = f"does not fit the device: {why}"
@@ -139,25 +143,35 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
         if why:
             rejected[variant.name] = f"does not fit the device: {why}"
             continue
-        samples = []
-        for _ in range(REPEATS + 1):
-            call = _Call(runtime)
-            t0 = time.perf_counter()
-            out = call.run_launch(launch, kernel, list(inputs))
-            call.sync()
-            samples.append(time.perf_counter() - t0)
-        if not torch.allclose(out, expected, rtol=1e-3, atol=1e-3, equal_nan=True):
+        if not torch.allclose(_timed_call(runtime, kernel, launch, inputs)[0], expected, rtol=1e-3, atol=1e-3,
+                              equal_nan=True):
             rejected[variant.name] = "wrong result"
             continue
-        times[variant.name] = statistics.median(samples[1:])
-    if not times:
+        ready[variant.name] = launch
+    if not ready:
         raise KernelBuildError(f"gemm {m}x{n}x{k}", f"no GEMM variant built and computed correctly: {rejected}")
+    samples = {name: [] for name in ready}
+    for round_ in range(1, REPEATS + 1):
+        progress(f"timing round {round_}/{REPEATS}")
+        for name, launch in ready.items():
+            samples[name].append(_timed_call(runtime, kernel, launch, inputs)[1])
+    times = {name: statistics.median(values) for name, values in samples.items()}
     winner = min(times, key=times.get)
     elapsed = time.perf_counter() - started
     if elapsed > PROGRESS_AFTER_SECONDS:  # long searches say what they did (a live bar on terminals)
         print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
               f"variants in {elapsed:.1f} s", file=sys.stderr)
     return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}
+
+
+def _timed_call(runtime, kernel: GemmKernel, launch, inputs) -> tuple[torch.Tensor, float]:
+    from torchfuser.runtime.executor import _Call
+
+    call = _Call(runtime)
+    started = time.perf_counter()
+    out = call.run_launch(launch, kernel, list(inputs))
+    call.sync()
+    return out, time.perf_counter() - started
 
 
 def _kernel_group_limit(built, device, local_size) -> str | None:
