@@ -57,7 +57,8 @@ def sdpa_output_strides(q) -> tuple:
 
 
 class AttentionKernel(FusedKernel):
-    """outs = attention output [B, H, T, D] (+ logsumexp [B, H, T] when with_lse)."""
+    """outs = attention output [B, H, T, D], or [B, T, H, D] contiguous when heads_last (+ logsumexp
+    [B, H, T] when with_lse)."""
 
     kind = "attention"
 
