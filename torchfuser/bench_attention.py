@@ -1,7 +1,11 @@
 """`python -m torchfuser.bench_attention`: the fused attention kernel against eager SDPA and inductor.
 
 Interleaved medians in one process (quote the ratio columns: these machines are noisy, side-by-side
-ratios are not), plus the kernel's own profiled time from the CompileReport.
+ratios are not), plus the kernel's own profiled time from the CompileReport, plus eager and torchfuser
+each timed back to back ("alone"). Interleaving has a catch here: torch's OpenMP threads spin for a while
+after each eager or inductor call and take the cores from the OpenCL kernel that runs next (GPT-2 shape,
+non-causal: 2.9 ms alone, 6.4 ms right after an eager call). Run with OMP_WAIT_POLICY=PASSIVE to compare
+without that, or read the "alone" columns.
 """
 
 from __future__ import annotations
@@ -45,20 +49,23 @@ def run_shape(name: str, shape: tuple, repeats: int, inductor: bool) -> dict:
         candidates["inductor"] = lambda: compiled(q, k, v)
     medians = interleaved_medians(candidates, repeats=repeats)
     kernel = [x for x in report.to_dict()["kernels"] if x["kind"] == "attention"]
+    alone = {n: interleaved_medians({n: candidates[n]}, repeats=repeats)[n] for n in ("eager", "torchfuser")}
     return {"name": name, "medians": medians, "kernel_seconds": kernel[0]["mean_seconds"] if kernel else None,
-            "flops": 4 * b * h * t * t * d * (0.5 if causal else 1.0)}
+            "alone": alone, "flops": 4 * b * h * t * t * d * (0.5 if causal else 1.0)}
 
 
 def format_rows(rows: list[dict]) -> str:
     head = (f"{'shape':<18}{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}{'kernel ms':>11}"
-            f"{'x eager':>9}{'x inductor':>12}{'GFLOP/s':>9}")
+            f"{'x eager':>9}{'x inductor':>12}{'GFLOP/s':>9}{'alone: eager':>14}{'torchfuser':>12}{'x eager':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        m = r["medians"]
+        m, alone = r["medians"], r["alone"]
         ind, fused, kernel = m.get("inductor"), m["torchfuser"], r["kernel_seconds"]
         lines.append(f"{r['name']:<18}{m['eager'] * 1e3:>10.3f}{(ind or 0) * 1e3:>13.3f}{fused * 1e3:>15.3f}"
                      f"{(kernel or 0) * 1e3:>11.3f}{m['eager'] / fused:>9.2f}"
-                     f"{(ind / fused if ind else float('nan')):>12.2f}{r['flops'] / fused / 1e9:>9.0f}")
+                     f"{(ind / fused if ind else float('nan')):>12.2f}{r['flops'] / fused / 1e9:>9.0f}"
+                     f"{alone['eager'] * 1e3:>14.3f}{alone['torchfuser'] * 1e3:>12.3f}"
+                     f"{alone['eager'] / alone['torchfuser']:>9.2f}")
     return "\n".join(lines)
 
 
