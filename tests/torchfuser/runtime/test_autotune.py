@@ -118,3 +118,10 @@ def test_gpu_search_rejects_tiled_variants_the_device_cannot_fit(tuning, monkeyp
     assert record["winner"] == "strided 4x8" and set(record["candidates"]) == {"strided 4x8"}
     assert set(record["rejected"]) == tiled
     assert all("does not fit the device: a " in why and "16 items" in why for why in record["rejected"].values())
+
+
+def test_the_host_blas_must_win_by_a_margin():
+    close = {"extern": 1.0, "packed 8x32 k256 r8": 1.0 * autotune.EXTERN_MARGIN * 0.99}
+    assert autotune._winner(close) == "packed 8x32 k256 r8"
+    clear = {"extern": 1.0, "packed 8x32 k256 r8": 1.0 * autotune.EXTERN_MARGIN * 1.01}
+    assert autotune._winner(clear) == "extern"
