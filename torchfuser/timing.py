@@ -1,12 +1,21 @@
-"""Interleaved timing: candidates run in turn, round after round, so machine noise hits them alike."""
+"""Interleaved timing: candidates run in turn, round after round, so machine noise hits them alike.
+
+A short pause before each timed call lets the previous candidate's threads go idle: after a PyTorch op,
+OpenMP's threads keep spinning on the cores for a while, and whatever runs next on other threads (our
+OpenCL kernels) would pay for it, so without the pause the order of the candidates would decide part of
+the result (an attention kernel: 2.9 ms alone, 6.4 ms right after an eager call).
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
 
+SETTLE_SECONDS = 0.05  # longer than libgomp's default spin (300k pause loops, ~15-20 ms here) before it sleeps
 
-def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, min_seconds: float = 0.0) -> dict:
+
+def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, min_seconds: float = 0.0,
+                        settle: float = SETTLE_SECONDS) -> dict:
     """{name: median seconds per call} for zero-argument callables, timed round-robin."""
     for fn in candidates.values():
         for _ in range(warmup):
@@ -16,6 +25,8 @@ def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, mi
     rounds = 0
     while rounds < repeats or time.perf_counter() - started < min_seconds:
         for name, fn in candidates.items():
+            if settle:
+                time.sleep(settle)
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
