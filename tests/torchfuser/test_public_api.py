@@ -230,3 +230,16 @@ def test_an_error_in_a_fallback_op_waits_for_running_kernels_and_propagates():
     with pytest.raises(IndexError):
         compiled(x, torch.tensor([1 << 20, 0]))
     assert_close(compiled(x, torch.tensor([7])), fn(x, torch.tensor([7])))  # still healthy
+
+
+def test_splitting_a_result_into_views_is_not_a_fallback():
+    """GPT-2's q, k, v = c_attn(x).split(width, dim=2) lowers to split_with_sizes: views, not PyTorch work."""
+    w = torch.randn(16, 48)
+
+    def fn(x):
+        q, k, v = (x @ w).split([16, 16, 16], dim=1)
+        return torch.relu(q) + k * v
+
+    x = torch.randn(5, 16)
+    assert_close(torchfuser.compile(fn)(x), fn(x), atol=1e-4)
+    assert torchfuser.last_report().fallbacks == []

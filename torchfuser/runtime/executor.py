@@ -33,7 +33,7 @@ VIEW_OPS = {
     aten.view.default, aten._unsafe_view.default, aten.t.default, aten.permute.default,
     aten.transpose.int, aten.expand.default, aten.slice.Tensor, aten.select.int, aten.unsqueeze.default,
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.as_strided.default, aten.alias.default,
-    aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.unbind.int,
+    aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
 }
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 _cl = None  # pyopencl, imported on first use (an import statement per launch costs as much as a dict lookup)
