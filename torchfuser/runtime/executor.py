@@ -8,6 +8,7 @@ referenced until that sync, so neither torch nor the arena can recycle memory a 
 Steady calls are cheap: each kernel step keeps, per input layout, its configured launch, output layouts
 and kernel argument list (offsets and scalars filled in once); a call only swaps in the buffers of this
 call's tensors, and sets the kernel's arguments only when one of them differs from what the kernel holds.
+On CPU devices the launches of a call are enqueued together when something first waits for them.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ class _Call:
         self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) kernels write
         self.alive: list = []
         self.events: list = []
-        # Launches bound but not yet enqueued (see Runtime.defer_launches). Each holds its own cl.Kernel
-        # (KernelStep claims or copies one), so no later launch in the call changes its arguments.
+        # Launches bound but not yet enqueued (see Runtime.defer_launches): only exclusive ones, whose
+        # cl.Kernel no other launch sets arguments on before they are enqueued.
         self.pending: list | None = [] if runtime.defer_launches else None
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
