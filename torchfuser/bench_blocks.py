@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
-from torchfuser.timing import interleaved_medians
+from torchfuser.bench_gemm import against_eager_and_inductor
 
 # Both blocks at GPT-2 small's width; LLaMA's intermediate is ~8/3 of the width, as SwiGLU models size it.
 FULL = {"width": 768, "heads": 12, "kv_heads": 4, "intermediate": 2048, "batch": 8, "seq": 128}
@@ -109,13 +109,7 @@ def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
     first_call = {id(plan): plan.calls for plan in plans}
     eager_ops, eager_compute_ops = eager_op_counts(lambda: block(x))
 
-    candidates = {"eager": lambda: block(x), "torchfuser": lambda: fused(x)}
-    if inductor:
-        compiled = torch.compile(block)
-        compiled(x)
-        candidates["inductor"] = lambda: compiled(x)
-    medians = interleaved_medians(candidates, repeats=repeats)
-    torch._dynamo.reset()
+    medians = against_eager_and_inductor(block, x, fused, repeats, inductor)
 
     kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
     for report in reports:

@@ -87,14 +87,20 @@ def mlp_row(repeats: int, inductor: bool) -> dict:
     fused = torchfuser.compile(block)
     torch.testing.assert_close(fused(x), block(x), rtol=1e-4, atol=1e-4)
     report = torchfuser.last_report()
-    candidates = {"eager": lambda: block(x), "torchfuser": lambda: fused(x)}
+    medians = against_eager_and_inductor(block, x, fused, repeats, inductor)
+    return {"medians": medians, "kernels": len(report.kernels), "fallbacks": [f.op for f in report.fallbacks]}
+
+
+def against_eager_and_inductor(module, x, fused, repeats: int, inductor: bool) -> dict:
+    """Interleaved medians of eager, torchfuser and (when asked) inductor calling module on x; resets Dynamo."""
+    candidates = {"eager": lambda: module(x), "torchfuser": lambda: fused(x)}
     if inductor:
-        compiled = torch.compile(block)
+        compiled = torch.compile(module)
         compiled(x)
         candidates["inductor"] = lambda: compiled(x)
     medians = interleaved_medians(candidates, repeats=repeats)
     torch._dynamo.reset()
-    return {"medians": medians, "kernels": len(report.kernels), "fallbacks": [f.op for f in report.fallbacks]}
+    return medians
 
 
 def format_gemm(rows, ceiling) -> str:
