@@ -19,8 +19,9 @@ softmax does) or 0 ("zero", as SDPA does).
 
 from __future__ import annotations
 
-from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE, c_expression
-from torchfuser.codegen.program_c import PREAMBLE, const_c, helpers_for, program_statements
+from torchfuser.codegen.pointwise_ops import C_TYPES, VECTOR_SAFE
+from torchfuser.codegen.program_c import PREAMBLE, helpers_for, program_statements
+from torchfuser.codegen.reduction import mask_vector_statements
 from torchfuser.ir.program import Const
 from torchfuser.ir.specs import ATTENTION_CPU, AttentionSpec
 
@@ -299,16 +300,6 @@ def _vector_program(spec: AttentionSpec):
         if not ok or any(isinstance(a, Const) and a.dtype not in types for a in ins.args):
             return None
 
-    def value_type(v):
-        return program.input_dtypes[v] if v < program.n_inputs else program.instrs[v - program.n_inputs].dtype
-
-    def operand(a, names):
-        if not isinstance(a, Const):
-            return names[a]
-        if a.dtype == "bool":
-            return f"((int{w})({-1 if a.value else 0}))"
-        return const_c(a, w)
-
     def emit(x, j):
         lines, names = [], [f"sc{x}_{j}"]
         for e in range(1, program.n_inputs):
@@ -317,30 +308,8 @@ def _vector_program(spec: AttentionSpec):
                 load = f"convert_int{w}({load} != (uchar{w})(0))"
             lines.append(f"const {types[program.input_dtypes[e]]} in{e} = {load};")
             names.append(f"in{e}")
-        for n, ins in enumerate(program.instrs, start=program.n_inputs):
-            args = [operand(a, names) for a in ins.args]
-            if ins.op == "cast":
-                src = value_type(ins.args[0]) if not isinstance(ins.args[0], Const) else ins.args[0].dtype
-                if src == ins.dtype:
-                    text = args[0]
-                elif ins.dtype == "float32":
-                    text = f"convert_float{w}(-({args[0]}))"
-                else:
-                    text = f"({args[0]} != ({types[src]})(0))"
-            elif ins.op in COMPARISONS:
-                text = f"({args[0]} {COMPARISONS[ins.op]} {args[1]})"
-            elif ins.op == "where":
-                text = f"select({args[2]}, {args[1]}, {args[0]})"
-            elif ins.op in BOOL_OPS:
-                text = f"({args[0]} {BOOL_OPS[ins.op]} {args[1]})"
-            elif ins.op == "logical_not":
-                text = f"(~{args[0]})"
-            else:
-                text = c_expression(ins.op, args, ins.dtype, w)
-            lines.append(f"const {types[ins.dtype]} vs{n} = {text};")
-            names.append(f"vs{n}")
-        lines.append(f"sc{x}_{j} = {names[program.outputs[0]]};")
-        return lines
+        body, (result,) = mask_vector_statements(program, names, "vs", w)
+        return lines + body + [f"sc{x}_{j} = {result};"]
 
     return emit
 
