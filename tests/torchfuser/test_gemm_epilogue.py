@@ -372,3 +372,16 @@ def test_every_tiled_variant_over_ragged_blocks_transposed_weights_and_a_residua
     tm, tn, bm, bn, bk = variant
     assert f"tile={tm}x{tn} schedule=tiled" in gemm.spec and f"k_block={bk}" in gemm.spec
     assert f"block={bm}x{bn}" in gemm.spec and gemm.tuning["winner"] == gemm_launch.tiled_variant(*variant).name
+
+
+@pytest.mark.parametrize("variant", [(8, 32, 0, 1), (8, 32, 256, 8)])
+def test_an_empty_k_gives_the_epilogue_of_zero(variant, monkeypatch, tmp_path):
+    import torchfuser.runtime.autotune as autotune
+
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+    fn = lambda a, w, b: torch.sigmoid(a @ w + b)  # noqa: E731
+    a, w, b = torch.randn(9, 0), torch.randn(0, 40), torch.randn(40)
+    assert_close(torchfuser.compile(fn)(a, w, b), fn(a, w, b))

@@ -77,6 +77,8 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
+    whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
+    k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
     return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
@@ -87,7 +89,7 @@ __kernel void {spec.kernel_name}(
   if (stack0 >= M) return;
   {_batch_prologue(spec, "Bp")}
   __global const float* panel = Bp + nb * K * {tn};
-  const {idx} kc = n0 + {tn} <= N ? {spec.k_block or "K"} : max(K, ({idx})1);
+  const {idx} kc = {k_step};
   for ({idx} k0 = 0; k0 == 0 || k0 < K; k0 += kc) {{
     const {idx} kend = min(K, k0 + kc);
     for (int s = 0; s < {spec.row_blocks}; ++s) {{
