@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 import torchfuser
 from torchfuser.bench_blocks import BLOCKS, block_row, format_blocks, hf_available
-from torchfuser.bench_gemm import fma_ceiling, format_gemm, format_mlp, gemm_rows, mlp_row
+from torchfuser.bench_gemm import (
+    TIMES_HEAD, fma_ceiling, format_gemm, format_mlp, gemm_rows, mlp_row, times_columns,
+)
 from torchfuser.timing import interleaved_medians
 
 SIZES = {"1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24}
@@ -68,18 +70,14 @@ def run_pointwise(name: str, fn, n: int, repeats: int, inductor: bool) -> dict:
 
 
 def format_rows(rows: list[dict]) -> str:
-    head = (f"{'workload':<14}{'size':>6}{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}"
-            f"{'x eager':>9}{'x inductor':>12}{'kernel GB/s':>13}{'% of copy':>11}")
+    head = f"{'workload':<14}{'size':>6}{TIMES_HEAD}{'kernel GB/s':>13}{'% of copy':>11}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        m = r["medians"]
-        ind = m.get("inductor")
         size = next(k for k, v in SIZES.items() if v == r["n"]) if r["n"] in SIZES.values() else str(r["n"])
         bw, copy = r["bandwidth"], r["copy_bandwidth"]
         lines.append(
-            f"{r['name']:<14}{size:>6}{m['eager'] * 1e3:>10.3f}{(ind or 0) * 1e3:>13.3f}{m['torchfuser'] * 1e3:>15.3f}"
-            f"{m['eager'] / m['torchfuser']:>9.2f}{(ind / m['torchfuser'] if ind else float('nan')):>12.2f}"
-            f"{(bw or 0) / 1e9:>13.1f}{(100 * bw / copy if bw and copy else float('nan')):>10.0f}%"
+            f"{r['name']:<14}{size:>6}{times_columns(r['medians'])}{(bw or 0) / 1e9:>13.1f}"
+            f"{(100 * bw / copy if bw and copy else float('nan')):>10.0f}%"
         )
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
-from torchfuser.bench_gemm import against_eager_and_inductor
+from torchfuser.bench_gemm import TIMES_HEAD, against_eager_and_inductor, times_columns
 
 # Both blocks at GPT-2 small's width; LLaMA's intermediate is ~8/3 of the width, as SwiGLU models size it.
 FULL = {"width": 768, "heads": 12, "kv_heads": 4, "intermediate": 2048, "batch": 8, "seq": 128}
@@ -143,16 +143,12 @@ def _fuses(kernel: dict) -> str:
 
 
 def format_blocks(rows: list[dict]) -> str:
-    head = (f"{'block':<7}{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}{'x eager':>9}{'x inductor':>12}"
-            f"{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}{'kernel ms':>11}")
+    head = f"{'block':<7}{TIMES_HEAD}{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}{'kernel ms':>11}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        m = r["medians"]
-        ind = m.get("inductor")
         lines.append(
-            f"{r['name']:<7}{m['eager'] * 1e3:>10.2f}{(ind or float('nan')) * 1e3:>13.2f}{m['torchfuser'] * 1e3:>15.2f}"
-            f"{m['eager'] / m['torchfuser']:>9.2f}{(ind / m['torchfuser'] if ind else float('nan')):>12.2f}"
-            f"{r['launches']:>9}{r['eager_compute_ops']:>5} ({r['eager_ops']:>3}){sum(r['fallbacks'].values()):>12}"
+            f"{r['name']:<7}{times_columns(r['medians'])}{r['launches']:>9}"
+            f"{r['eager_compute_ops']:>5} ({r['eager_ops']:>3}){sum(r['fallbacks'].values()):>12}"
             f"{r['kernel_seconds'] * 1e3:>11.2f}")
     for r in rows:
         s = r["shape"]

@@ -103,6 +103,17 @@ def against_eager_and_inductor(module, x, fused, repeats: int, inductor: bool) -
     return medians
 
 
+TIMES_HEAD = f"{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}{'x eager':>9}{'x inductor':>12}"
+
+
+def times_columns(medians: dict) -> str:
+    """The TIMES_HEAD columns: medians in ms and torchfuser's ratios (nan where inductor was skipped)."""
+    nan = float("nan")
+    eager, fused, inductor = medians["eager"], medians["torchfuser"], medians.get("inductor")
+    return (f"{eager * 1e3:>10.3f}{(inductor or nan) * 1e3:>13.3f}{fused * 1e3:>15.3f}"
+            f"{eager / fused:>9.2f}{(inductor / fused if inductor else nan):>12.2f}")
+
+
 def format_gemm(rows, ceiling) -> str:
     head = f"{'GEMM (M x K x N)':<16}{'torch.mm GFLOP/s':>18}{'torchfuser GFLOP/s':>20}{'x torch':>9}{'% of FMA':>10}  variant"
     lines = [head, "-" * len(head)]
