@@ -49,6 +49,23 @@ def test_the_search_times_every_candidate_and_keeps_a_correct_winner(tuning):
     assert [e["winner"] for e in entries.values()] == [record["winner"]]
 
 
+def test_timing_rounds_rotate_so_no_candidate_always_follows_the_host_blas(tuning, monkeypatch):
+    order = []
+    timed = autotune._timed_call
+
+    def recording(runtime, kernel, launch, inputs):
+        order.append(launch)
+        return timed(runtime, kernel, launch, inputs)
+
+    monkeypatch.setattr(autotune, "_timed_call", recording)
+    monkeypatch.setattr(autotune, "SETTLE_SECONDS", 0.0)
+    compile_and_check(model(), torch.randn(33, 48))
+    rounds = order[-3 * autotune.REPEATS:]  # after the three correctness runs
+    firsts = {id(rounds[3 * r]) for r in range(autotune.REPEATS)}
+    after = {id(rounds[i + 1]) for i in range(len(rounds) - 1) if type(rounds[i]).__name__ == "ExternGemmLaunch"}
+    assert len(firsts) == 3 and len(after) == 2
+
+
 def test_a_new_process_reuses_the_database(tuning):
     compile_and_check(model(), torch.randn(33, 48))
     code = textwrap.dedent("""
