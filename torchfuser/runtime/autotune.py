@@ -57,7 +57,9 @@ class TuningDatabase:
     def _load(self) -> dict:
         try:
             data = json.loads(self.path.read_text())
-            if data.get("version") != DB_VERSION or not isinstance(data.get("devices"), dict):
+            if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != DB_VERSION:
+                return {"version": DB_VERSION, "devices": {}}  # another version's choices: tune afresh, replace it
+            if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
                 raise ValueError("unexpected layout")
             return data
         except FileNotFoundError:

@@ -66,6 +66,14 @@ def test_timing_rounds_rotate_so_no_candidate_always_follows_the_host_blas(tunin
     assert len(firsts) == 3 and len(after) == 2
 
 
+def test_an_older_database_version_is_replaced_without_a_warning(tuning, recwarn):
+    (tuning / "tuning.json").write_text(json.dumps({"version": autotune.DB_VERSION - 1, "devices": {"x": {}}}))
+    compile_and_check(model(), torch.randn(33, 48))
+    stored = json.loads((tuning / "tuning.json").read_text())
+    assert stored["version"] == autotune.DB_VERSION and "x" not in stored["devices"]
+    assert not [w for w in recwarn if "tuning database" in str(w.message)]
+
+
 def test_a_new_process_reuses_the_database(tuning):
     compile_and_check(model(), torch.randn(33, 48))
     code = textwrap.dedent("""
