@@ -15,8 +15,12 @@ SETTLE_SECONDS = 0.05  # longer than libgomp's default spin (300k pause loops, ~
 
 
 def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, min_seconds: float = 0.0,
-                        settle: float = SETTLE_SECONDS) -> dict:
-    """{name: median seconds per call} for zero-argument callables, timed round-robin."""
+                        settle: float = SETTLE_SECONDS, warm_calls: int = 0) -> dict:
+    """{name: median seconds per call} for zero-argument callables, timed round-robin.
+
+    warm_calls > 0 runs each candidate that many times untimed right before its timed call: the steady speed
+    of back-to-back calls, where the default (0) times a call that starts on idle cores, as a single
+    inference does (here idle vCPUs wake slowly: a 16 ms GEMM runs ~10 % slower right after 50 ms idle)."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
@@ -27,6 +31,8 @@ def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, mi
         for name, fn in candidates.items():
             if settle:
                 time.sleep(settle)
+            for _ in range(warm_calls):
+                fn()
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
