@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
-from torchfuser.ir.region import index_op_problem
+from torchfuser.ir.region import ARANGE, arange_problem, index_op_problem
 from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
 from torchfuser.passes.fuse_attention import ATTENTION_OPS
@@ -208,4 +208,8 @@ def _fallback_reason(node: fx.Node, disabled) -> str:
         if "fuse_pointwise" in disabled:
             return "fuse_pointwise is disabled"
         return f"concatenation, not fused: {index_op_problem(node) or 'left unfused'}"
+    if node.target is ARANGE:
+        if "fuse_pointwise" in disabled:
+            return "fuse_pointwise is disabled"
+        return f"arange, not fused: {arange_problem(node) or 'left unfused'}"
     return "no OpenCL kernel for this op yet: runs in PyTorch"

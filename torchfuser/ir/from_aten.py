@@ -267,6 +267,7 @@ POINTWISE = {
     aten._to_copy.default: _cast,
     prims.convert_element_type.default: _cast,
     aten.clone.default: _identity,
+    aten.lift_fresh_copy.default: _identity,  # a copy of a constant made in forward (torch.tensor(...))
     **{
         getattr(aten, name).default: _unary(op)
         for name, op in [

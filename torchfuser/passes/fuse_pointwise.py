@@ -6,10 +6,12 @@ group stays convex (no path leaves the group and comes back, which would need a 
 becomes one `PointwiseKernel` node computing an SSA program; values used outside the group are its
 outputs. A single elementwise op is a group too: it still saves eager's allocation and dispatch.
 
-Concatenations and slices along the last dim join too (ir/region.py lowers them as index remaps): a
-`cat(..., dim=-1)` is a member, and it or an elementwise node reaching a group through last-dim slices
-(`x[..., a:b]` of a member) merges that group, the slices included, when the shapes agree outside the last
-dim. A slice of a value from outside stays a view the kernel reads; a slice is never a group by itself.
+Concatenations and slices along any dim join too (ir/region.py lowers them as index remaps): a
+`cat(..., dim=d)` is a member, and it or an elementwise node reaching a group through slices along d
+(`x[..., a:b]` of a member) merges that group, the slices included, when the shapes agree outside d. All
+cats and slices of one group run along the same dim (the kernel's indexed dim). A slice of a value from
+outside stays a view the kernel reads; a slice is never a group by itself. Integer aranges are members
+too (their value is their position).
 Every output of a group must have the group's shape: a member of another shape used outside its group is
 pinned (it may only join groups of its own shape) and the grouping runs again, until none is left.
 
@@ -24,6 +26,11 @@ float32, float64. Broadcast inputs, strided inputs and scalars are the kernel's 
              y = add(mul(q, cos), mul(r, sin)); return y                        # rotary, head dim 64
     after:   y = tf_pointwise_group0(q, cos, hi, lo, sin)   # one kernel: v2, v3 read at j and j - 32,
              return y                                      # where(j < 32, -v2, v3) selects the half
+
+    before:  e = lift_fresh_copy(c)                   # c = torch.tensor([]): eager's cat skips it
+             k = cat([e, k_new], -2); return k        # KV cache append, k_new [B, H, T, D] strided
+    after:   k = tf_pointwise_group1(k_new)           # a strided copy; index_dim -2 (a plain copy here)
+             return k                                 # (the lift_fresh_copy kernel is left dead)
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.from_aten import lowering_problem, tensor_meta
-from torchfuser.ir.region import index_op_problem, is_last_dim_slice, lower_region
+from torchfuser.ir.region import (
+    ARANGE, INDEX_OPS, arange_problem, cat_operands, index_dim, index_op_problem, is_index_slice, lower_region,
+)
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.launch import PointwiseKernel
 
@@ -72,6 +81,8 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
 def _fusible(node: fx.Node) -> bool:
     if node.target is torch.ops.aten.cat.default:
         return index_op_problem(node) is None
+    if node.target is ARANGE:
+        return arange_problem(node) is None
     return lowering_problem(node) is None
 
 
@@ -87,7 +98,7 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
         producers = _producer_groups(node, group_of)
         for group in sorted(producers, key=lambda g: min(position[n] for n in g)):
             via = producers[group]
-            if _fits(group | via, shape_of[group], shape, reindexes or bool(via), pinned) and _is_convex(
+            if _fits(merged | group | via, shape_of[group], shape, reindexes or bool(via), pinned) and _is_convex(
                 merged | group | via, position
             ):
                 merged |= group | via
@@ -99,11 +110,11 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
 
 
 def _producer_groups(node: fx.Node, group_of: dict) -> dict[frozenset, set]:
-    """The groups node reads from, each with the last-dim slices it reads them through (often none)."""
+    """The groups node reads from, each with the slices it reads them through (often none)."""
     found: dict[frozenset, set] = {}
-    for arg in node.all_input_nodes:
+    for arg in cat_operands(node) if node.target is torch.ops.aten.cat.default else node.all_input_nodes:
         via = set()
-        while arg not in group_of and is_last_dim_slice(arg):
+        while arg not in group_of and is_index_slice(arg):
             via.add(arg)
             arg = arg.args[0]
         if arg in group_of:
@@ -112,11 +123,16 @@ def _producer_groups(node: fx.Node, group_of: dict) -> dict[frozenset, set]:
 
 
 def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinned: set) -> bool:
-    """Plain elementwise edges need equal shapes; edges through a cat or a slice need equal shapes
-    outside the last dim, and no pinned member of another shape."""
+    """The merged cats and slices must run along one dim (a kernel indexes one); plain elementwise edges
+    need equal shapes; edges through a cat or a slice need equal shapes outside that dim, and no pinned
+    member of another shape."""
+    dims = {index_dim(m) for m in members if m.target in INDEX_OPS}
+    if len(dims) > 1:
+        return False
     if not reindexes:
         return group_shape == shape
-    if len(group_shape) != len(shape) or group_shape[:-1] != shape[:-1]:
+    dim = len(shape) + (dims.pop() if dims else -1)
+    if len(group_shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(group_shape, shape)) if k != dim):
         return False
     return not any(m in pinned and tuple(tensor_meta(m).shape) != shape for m in members)
 
@@ -144,8 +160,8 @@ def _replace_group(gm: fx.GraphModule, group: list[fx.Node], group_id: int) -> N
     meta = tensor_meta(outputs[-1])
     if any(tensor_meta(n).shape != meta.shape for n in outputs):
         raise RuntimeError(f"pointwise group {group_id}: outputs of different shapes")  # a grouping bug
-    program, inputs = lower_region(group, outputs, meta.shape[-1] if meta.dim() else 1)
-    kernel = PointwiseKernel(program, tuple(meta.shape), tuple(meta.stride()), group_id)
+    program, inputs, dim = lower_region(group, outputs)
+    kernel = PointwiseKernel(program, tuple(meta.shape), tuple(meta.stride()), group_id, index_dim=dim)
     out_vals = tuple(n.meta["val"] for n in outputs)
     fused = insert_fused_node(gm, kernel, inputs, group, out_vals[0] if len(outputs) == 1 else out_vals)
     if len(outputs) == 1:

@@ -101,23 +101,60 @@ class PointwiseLaunch(Launch):
 
 
 class PointwiseKernel(FusedKernel):
+    """`index_dim`: the output dim (counted from the end) that the program's last-dim reads and `last_index`
+    mean (the dim its cats and slices run along). The kernel computes in a frame where that dim is last:
+    inputs and output are permuted views there (strides only), so one program and one codegen serve every
+    dim; out_shape and order are in that frame."""
+
     kind = "pointwise"
 
-    def __init__(self, program: Program, out_shape, out_stride, group: int):
+    def __init__(self, program: Program, out_shape, out_stride, group: int, index_dim: int = -1):
         super().__init__(group)
         self.program = program
-        self.out_shape = tuple(out_shape)
+        rank = len(out_shape)
+        moved = rank + index_dim
+        self.frame = [d for d in range(rank) if d != moved] + [moved] if 0 <= moved < rank - 1 else None
+        self.out_shape, out_stride = self._permute(out_shape), self._permute(out_stride)
         # iterate in the output's memory order (outermost first), as TensorIterator does
         order = sorted(range(len(out_shape)), key=lambda d: -out_stride[d]) if out_stride else []
-        self.order = order if _is_dense(out_shape, out_stride, order) else list(range(len(out_shape)))
+        self.order = order if _is_dense(self.out_shape, out_stride, order) else list(range(len(out_shape)))
+
+    def _permute(self, dims) -> tuple:
+        return tuple(dims[d] for d in self.frame) if self.frame else tuple(dims)
+
+    def _unpermute(self, dims) -> tuple:
+        if not self.frame:
+            return tuple(dims)
+        out = [0] * len(dims)
+        for k, d in enumerate(self.frame):
+            out[d] = dims[k]
+        return tuple(out)
+
+    def _in_frame(self, t):
+        """t as the program sees it: broadcast up to the output's rank, the indexed dim last (a view)."""
+        if not self.frame:
+            return t
+        return t.reshape((1,) * (len(self.frame) - t.dim()) + tuple(t.shape)).permute(self.frame)
 
     def reference(self, *inputs):
-        outs = run_program(self.program, list(inputs), self.out_shape)
-        outs = [torch.broadcast_to(o, self.out_shape).clone() for o in outs]
+        outs = run_program(self.program, [self._in_frame(t) for t in inputs], self.out_shape)
+        shape, stride = self._unpermute(self.out_shape), self._unpermute(_strides_in_order(self.out_shape, self.order))
+        outs = [torch.empty_strided(shape, stride, dtype=o.dtype).copy_(self._unpermute_view(o)) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _unpermute_view(self, t):
+        t = torch.broadcast_to(t, self.out_shape)
+        return t.permute(self._unpermute(range(t.dim()))) if self.frame else t
+
     def _configure(self, inputs, device_type) -> Launch:
-        if self.program.indexes_last_dim:  # a cat or slice along the last dim: rows where they pay
+        launch = self._configure_in_frame([self._in_frame(t) for t in inputs], device_type)
+        if self.frame:
+            launch.outputs = [(self._unpermute(shape), self._unpermute(stride), dtype)
+                              for shape, stride, dtype in launch.outputs]
+        return launch
+
+    def _configure_in_frame(self, inputs, device_type) -> Launch:
+        if self.program.indexes_last_dim:  # a cat or slice along the indexed dim: rows where they pay
             from torchfuser.runtime import row_launch  # it builds on this module
 
             launch = row_launch.configure_rows(self, inputs, device_type)

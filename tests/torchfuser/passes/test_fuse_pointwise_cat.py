@@ -80,11 +80,25 @@ def test_slices_of_a_computed_value_join_its_kernel():
     torch.testing.assert_close(result.gm(x), fn(x))
 
 
-def test_cat_along_dim_0_is_left_alone():
+def test_cat_along_dim_0_is_one_kernel_indexing_that_dim():
     def fn(x, y):
         return torch.cat((x.exp(), y.exp()), dim=0)
 
-    x, y = torch.randn(2, 3, 4)
+    x, y = torch.randn(5, 3, 4), torch.randn(2, 3, 4)
     result = fuse_pointwise(aten_graph(fn, x, y))
-    assert len(kernels(result.gm)) == 2 and any(n.target is aten.cat.default for n in ops(result.gm))
+    (kernel,) = kernels(result.gm)
+    assert len(ops(result.gm)) == 1 and kernel.target.frame == [1, 2, 0]  # dim 0 moved last
+    assert {r for r in kernel.target.program.input_reads if r} == {LastDimRead(0, 1, 5), LastDimRead(-5, 1, 2)}
+    torch.testing.assert_close(result.gm(x, y), fn(x, y))
+    assert not fuse_pointwise(result.gm).modified
+
+
+def test_cats_along_two_dims_are_two_kernels():
+    """A kernel indexes one dim: a cat along dim 1 of a cat along dim 2 is not merged into it."""
+    def fn(x, y):
+        return torch.cat((torch.cat((x, y), dim=2).sin(), x.new_zeros(2, 1, 7)), dim=1)
+
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 3)
+    result = fuse_pointwise(aten_graph(fn, x, y))
+    assert len(kernels(result.gm)) == 2 and not any(n.target is aten.cat.default for n in ops(result.gm))
     torch.testing.assert_close(result.gm(x, y), fn(x, y))
