@@ -10,6 +10,8 @@ import functools
 import itertools
 import time
 
+import torch
+
 from torchfuser.capture import DECOMPOSITIONS
 from torchfuser.compiler import compile_aten_graph
 from torchfuser.graph_snapshot import snapshot_graph
@@ -44,11 +46,47 @@ def lower_and_compile(gm, example_inputs, *, disable=(), device=None, title="gra
                                  bw_compiler=compiler_for("backward"), decompositions=DECOMPOSITIONS)
 
 
+def input_signature(args) -> tuple:
+    """What a shape-specialised compile depends on: each tensor's shape, dtype and grad flag, other values."""
+    return tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def compiled_per_signature(compile_for):
+    """A callable that compiles `compile_for(args)` at the first call with each new input signature."""
+    compiled: dict = {}
+
+    def run(*args):
+        key = input_signature(args)
+        if key not in compiled:
+            compiled[key] = compile_for(list(args))
+        return compiled[key](*args)
+
+    return run
+
+
+def _symbolic_tensors(gm) -> list[int]:
+    """Positions of the graph inputs whose sizes are symbolic (Dynamo's example tensors show one concrete
+    hint; the placeholders' fake values show the symbols)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = [n.meta.get("example_value") for n in placeholders]
+    return [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)
+            and any(isinstance(d, torch.SymInt) for d in v.shape)]
+
+
 @functools.lru_cache(maxsize=None)
 def _backend(disable: tuple, device, title):
     def torchfuser(gm, example_inputs):
-        name = f"{title or 'graph'} #{next(_graph_numbers)}"
-        return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=name)
+        number = next(_graph_numbers)
+        symbolic = _symbolic_tensors(gm)  # Dynamo makes sizes symbolic after a shape change (dynamic=None)
+        if symbolic or any(isinstance(a, torch.SymInt) for a in example_inputs):
+            # kernels, GEMM tiles and memory plans are specialised to shapes: compile per concrete signature
+            def compile_for(args):
+                shapes = ", ".join("x".join(map(str, args[i].shape)) for i in symbolic)
+                return lower_and_compile(gm, args, disable=disable, device=device,
+                                         title=f"{title or 'graph'} #{number} [{shapes}]")
+
+            return compiled_per_signature(compile_for)
+        return lower_and_compile(gm, example_inputs, disable=disable, device=device, title=f"{title or 'graph'} #{number}")
 
     return torchfuser
 

@@ -7,7 +7,7 @@ import functools
 
 import torch
 
-from torchfuser.backend import lower_and_compile, make_backend
+from torchfuser.backend import compiled_per_signature, lower_and_compile, make_backend
 from torchfuser.passes import check_pass_names
 from torchfuser.runtime.device import get_device
 
@@ -46,16 +46,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs=None, disable=(), device
     disable = check_pass_names(disable)
     if example_inputs is not None:
         return _compile_now(gm, list(example_inputs), disable, device)
-    compiled: dict = {}
-
-    @functools.wraps(gm.forward)
-    def run(*args):
-        key = tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args)
-        if key not in compiled:
-            compiled[key] = _compile_now(gm, list(args), disable, device)
-        return compiled[key](*args)
-
-    return run
+    return functools.wraps(gm.forward)(compiled_per_signature(lambda args: _compile_now(gm, args, disable, device)))
 
 
 def _compile_now(gm, example_inputs, disable, device):
