@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from torchfuser.graph_snapshot import mark_fused_groups, snapshot_graph, target_name
 from torchfuser.ir.from_aten import POINTWISE, lowering_problem
-from torchfuser.ir.region import ARANGE, arange_problem, index_op_problem
+from torchfuser.ir.region import ARANGE, EMBEDDING, arange_problem, embedding_problem, index_op_problem
 from torchfuser.memory_plan import peak_intermediate_bytes
 from torchfuser.passes import check_pass_names, run_pipeline
 from torchfuser.passes.fuse_attention import ATTENTION_OPS
@@ -204,12 +204,24 @@ def _fallback_reason(node: fx.Node, disabled) -> str:
             return "fuse_pointwise is disabled"
         problem = lowering_problem(node)
         return f"elementwise, but not lowerable: {problem}" if problem else "elementwise, left unfused"
-    if node.target is aten.cat.default:
+    if node.target in _REGION_OPS:
         if "fuse_pointwise" in disabled:
             return "fuse_pointwise is disabled"
-        return f"concatenation, not fused: {index_op_problem(node) or 'left unfused'}"
-    if node.target is ARANGE:
-        if "fuse_pointwise" in disabled:
-            return "fuse_pointwise is disabled"
-        return f"arange, not fused: {arange_problem(node) or 'left unfused'}"
-    return "no OpenCL kernel for this op yet: runs in PyTorch"
+        what, problem = _REGION_OPS[node.target]
+        return f"{what}, not fused: {problem(node) or 'left unfused'}"
+    return _NO_KERNEL.get(node.target, "no OpenCL kernel for this op yet: runs in PyTorch")
+
+
+# non-elementwise ops that pointwise kernels take, and the check that says why one was not taken
+_REGION_OPS = {
+    aten.cat.default: ("concatenation", index_op_problem),
+    ARANGE: ("arange", arange_problem),
+    EMBEDDING: ("embedding", embedding_problem),
+}
+_CONSTANT = "a constant made on the host: no OpenCL kernel (it reads no data, so it waits for no kernel)"
+_NO_KERNEL = {
+    aten.full.default: _CONSTANT,
+    aten.scalar_tensor.default: _CONSTANT,
+    aten.gather.default: "gather along a dim: no OpenCL kernel yet (kernels gather embedding rows only)",
+    aten.index.Tensor: "advanced indexing: no OpenCL kernel yet (kernels gather embedding rows only)",
+}

@@ -13,7 +13,8 @@ aten = torch.ops.aten
 def compiled_exactly(fn, *inputs):
     """fn compiled; its outputs equal eager's bit for bit, with eager's strides. Returns the report."""
     actual, expected = torchfuser.compile(fn)(*inputs), fn(*inputs)
-    for a, e in zip(actual if isinstance(actual, tuple) else [actual], expected if isinstance(expected, tuple) else [expected]):
+    as_list = lambda out: list(out) if isinstance(out, tuple) else [out]  # noqa: E731
+    for a, e in zip(as_list(actual), as_list(expected)):
         assert a.shape == e.shape and a.dtype == e.dtype and a.stride() == e.stride()
         assert torch.equal(a, e)
     return torchfuser.last_report()

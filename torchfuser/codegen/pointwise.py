@@ -5,7 +5,8 @@ output-ordered) iteration space; contiguous inputs index with the linear index, 
 once, row/column broadcasts (a bias, a per-row scale) take i % rowlen or i / rowlen, strided inputs
 decompose the index into coordinates. A program that indexes the last dim (a cat or slice along it, see
 ir/region.py) computes jlast, the output's last-dim coordinate, and reads remapped inputs at their clamped
-last-dim position times that input's last-dim stride, on top of its other dims.
+last-dim position times that input's last-dim stride, on top of its other dims. A gathered input (an
+embedding's table) adds its clamped row, the value its index input loaded, times its row stride.
 Vector path (all inputs contiguous or scalar, one floating type): each work-item loads, computes and
 stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
 scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
@@ -34,6 +35,7 @@ def _parameters(spec: PointwiseSpec) -> list[str]:
     if program.indexes_last_dim:
         params += [f"const {idx} lastinner", f"const {idx} lastsize"]
         params += [f"const {idx} lst{i}" for i in range(program.n_inputs) if program.read_of(i)]
+    params += [f"const {idx} gst{i}" for i in range(program.n_inputs) if program.gather_of(i)]
     return params
 
 
@@ -41,7 +43,8 @@ def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
     """for i in [start, end): load, compute, store, one element at a time."""
     program, idx = spec.program, spec.index_type
     loads = []
-    for i, (dtype, layout) in enumerate(zip(program.input_dtypes, spec.layouts)):
+    for i in sorted(range(program.n_inputs), key=lambda i: program.gather_of(i) is not None):  # indices first
+        dtype, layout = program.input_dtypes[i], spec.layouts[i]
         if layout == SCALAR:
             index = f"off{i}"
         elif layout == CONTIGUOUS:
@@ -54,6 +57,9 @@ def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
             index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
         if program.read_of(i):
             index += f" + {_last_position(program.read_of(i), idx)} * lst{i}"
+        if gather := program.gather_of(i):  # clamped: a row out of range never loads (the launch checks)
+            row = C_TYPES[program.input_dtypes[gather.index]]
+            index += f" + ({idx})clamp(x{gather.index}, ({row})0, ({row}){gather.rows - 1}) * gst{i}"
         loads.append(f"const {C_TYPES[dtype]} x{i} = in{i}[{index}];")
     strided = STRIDED in spec.layouts
     coords = _coordinate_lines(spec.ndim, idx) if strided else []

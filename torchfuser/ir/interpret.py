@@ -16,6 +16,11 @@ def run_program(program: Program, inputs, out_shape=None) -> list[torch.Tensor]:
         raise ValueError("this program indexes the last dim: give the output shape")
     width = out_shape[-1] if out_shape else 0
     values = [_read(t, program.read_of(i), width) for i, t in enumerate(inputs)]
+    for i in range(program.n_inputs):
+        if gather := program.gather_of(i):  # eager's embedding: it raises IndexError for rows out of range
+            values[i] = torch.nn.functional.embedding(inputs[gather.index].long(), inputs[i])
+    for i in program.gather_indices:  # read with a trailing dim of 1 (the kernel's view of the indices)
+        values[i] = inputs[i].unsqueeze(-1)
     for ins in program.instrs:
         args = [a.value if isinstance(a, Const) else values[a] for a in ins.args]
         dtype = TORCH_DTYPES[ins.dtype]

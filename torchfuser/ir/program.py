@@ -11,7 +11,8 @@ NAN: never rounded text.
 
 Pointwise kernels may also read an input at a remapped position along the last dim (`LastDimRead`) and
 use the output's coordinate along the last dim (op ``last_index``): that is how slices and concatenations
-along the last dim join a fused region (see passes/fuse_pointwise.py).
+along the last dim join a fused region (see passes/fuse_pointwise.py). An input may also be gathered: read at
+a row given by another input's value (`GatherRead`, an embedding lookup).
 """
 
 from __future__ import annotations
@@ -70,6 +71,27 @@ class LastDimRead:
 
 
 @dataclass(frozen=True)
+class GatherRead:
+    """Read a [rows, ...] input at row ``v[index]`` (the value of program input `index`, which the kernel reads
+    as if it had a trailing dim of 1: the indices of an embedding); its other dims broadcast as usual.
+
+    The row is clamped into [0, rows) so that no load leaves the input; unless `in_range` (the graph proves
+    the indices are), the launch checks them on the host first and raises IndexError as eager does.
+    """
+
+    index: int
+    rows: int
+    in_range: bool = False
+
+    def __post_init__(self):
+        if self.rows < 1:
+            raise ValueError("a gathered input needs at least one row")
+
+    def text(self) -> str:
+        return f"@gather[v{self.index};n={self.rows}{';in_range' if self.in_range else ''}]"
+
+
+@dataclass(frozen=True)
 class Instr:
     op: str
     args: tuple  # of int (value ids) and Const
@@ -81,7 +103,7 @@ class Program:
     input_dtypes: tuple[str, ...]
     instrs: tuple[Instr, ...]
     outputs: tuple[int, ...]
-    # () when every input is read at the element; else one per input: None or a LastDimRead
+    # () when every input is read at the element; else one per input: None, a LastDimRead or a GatherRead
     input_reads: tuple = ()
 
     @property
@@ -91,10 +113,22 @@ class Program:
     @property
     def indexes_last_dim(self) -> bool:
         """The kernel needs the output's last-dim coordinate (remapped reads or a last_index op)."""
-        return any(self.input_reads) or any(ins.op == "last_index" for ins in self.instrs)
+        return any(isinstance(r, LastDimRead) for r in self.input_reads) or any(
+            ins.op == "last_index" for ins in self.instrs)
 
-    def read_of(self, i: int):
-        return self.input_reads[i] if self.input_reads else None
+    def read_of(self, i: int) -> LastDimRead | None:
+        """Input i's last-dim remap, if it has one."""
+        read = self.input_reads[i] if self.input_reads else None
+        return read if isinstance(read, LastDimRead) else None
+
+    def gather_of(self, i: int) -> GatherRead | None:
+        read = self.input_reads[i] if self.input_reads else None
+        return read if isinstance(read, GatherRead) else None
+
+    @property
+    def gather_indices(self) -> set[int]:
+        """The inputs that gathered inputs take their rows from."""
+        return {r.index for r in self.input_reads if isinstance(r, GatherRead)}
 
     def dtype_of(self, value: int) -> str:
         if value < self.n_inputs:
@@ -107,7 +141,8 @@ class Program:
 
     def text(self) -> str:
         """One line per instruction; `parse_program` reads it back exactly."""
-        decls = (f"v{i}:{d}{r.text() if (r := self.read_of(i)) else ''}" for i, d in enumerate(self.input_dtypes))
+        reads = self.input_reads or (None,) * self.n_inputs
+        decls = (f"v{i}:{d}{r.text() if r else ''}" for i, (d, r) in enumerate(zip(self.input_dtypes, reads)))
         lines = [f"in {', '.join(decls)}"]
         for i, ins in enumerate(self.instrs, start=self.n_inputs):
             args = ", ".join(_arg_text(a) for a in ins.args)
@@ -133,7 +168,7 @@ class ProgramBuilder:
         self.instrs: list[Instr] = []
         self._seen: dict[Instr, int] = {}
 
-    def add_input(self, dtype: str, read: LastDimRead | None = None) -> int:
+    def add_input(self, dtype: str, read: LastDimRead | GatherRead | None = None) -> int:
         if self.instrs:
             raise RuntimeError("inputs must be added before instructions")
         self.input_dtypes.append(dtype)
@@ -177,7 +212,7 @@ def _convert_scalar(value, dtype: str):
 
 
 _LINE = re.compile(r"v(\d+):(\w+) = (\w+)\((.*)\)$")
-_INPUT = re.compile(r"v(\d+):(\w+)(?:@last\[(-?\d+)\+(\d+)\*j;n=(\d+)\])?$")
+_INPUT = re.compile(r"v(\d+):(\w+)(?:@last\[(-?\d+)\+(\d+)\*j;n=(\d+)\]|@gather\[v(\d+);n=(\d+)(;in_range)?\])?$")
 
 
 def parse_program(text: str) -> Program:
@@ -191,7 +226,8 @@ def parse_program(text: str) -> Program:
         if not m or m.group(1) != str(i) or m.group(2) not in DTYPES:
             raise ValueError(f"bad input declaration {item.strip()!r}: expected v{i}:<dtype>")
         inputs.append(m.group(2))
-        reads.append(LastDimRead(*map(int, m.group(3, 4, 5))) if m.group(3) else None)
+        gather = GatherRead(int(m.group(6)), int(m.group(7)), bool(m.group(8))) if m.group(6) else None
+        reads.append(LastDimRead(*map(int, m.group(3, 4, 5))) if m.group(3) else gather)
     builder = ProgramBuilder(inputs, reads)
     for line in lines[1:-1]:
         m = _LINE.match(line)
@@ -235,6 +271,11 @@ def validate_program(program: Program) -> None:
                 raise ValueError(f"v{i}: operand v{a} is not defined before use")
     if program.input_reads and len(program.input_reads) != program.n_inputs:
         raise ValueError("input_reads: one entry per input (or none at all)")
+    for i in range(program.n_inputs):
+        gather = program.gather_of(i)
+        if gather and not (0 <= gather.index < program.n_inputs and program.input_dtypes[gather.index] in
+                           ("int32", "int64") and not program.input_reads[gather.index]):
+            raise ValueError(f"v{i}: gathers at rows of v{gather.index}, which is not an integer input read plainly")
     for v in program.outputs:
         if not 0 <= v < program.n_inputs + len(program.instrs):
             raise ValueError(f"output v{v} is not defined")

@@ -13,6 +13,9 @@ kernel's output coordinate along d (the outputs use ``(0, 1)``).
   selects between them, ``where(position < c_1, x0, where(position < c_2, x1, ...))``; empty 1-d operands
   are skipped, as eager skips them (Hugging Face's KV cache starts as ``torch.tensor([])``);
 - ``arange(start, end, step)`` (1-d, so d is its only dim): ``start + step * position``;
+- ``embedding(weight, indices)``: the weight read at the row an index gives (`GatherRead`); the indices are
+  an input of their own, read with a trailing dim of 1. Its group has no index ops or aranges (their reads
+  are not combined with a gather), so its context is the identity;
 - a group input in any context but the identity becomes a `LastDimRead` of that input.
 
 The program calls d its last dim (`LastDimRead`, ``last_index``): the kernel computes in a frame where d is
@@ -29,13 +32,18 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.from_aten import Lowerer, NotLowerable, dtype_name, tensor_meta
-from torchfuser.ir.program import Const, LastDimRead, Program, ProgramBuilder
+from torchfuser.ir.program import Const, GatherRead, LastDimRead, Program, ProgramBuilder
 
 aten = torch.ops.aten
 
 IDENTITY, BROADCAST = (0, 1), (0, 0)
 INDEX_OPS = (aten.cat.default, aten.slice.Tensor)
 ARANGE = aten.arange.start_step
+EMBEDDING = aten.embedding.default
+_INDEX = "index"  # the read key of an embedding's indices: an input of its own (trailing dim of 1)
+# ops that keep the values they read (for the static range of embedding indices)
+_SAME_VALUES = {aten.unsqueeze.default, aten.view.default, aten._unsafe_view.default, aten.expand.default,
+                aten.clone.default, aten.alias.default, aten.slice.Tensor, aten.squeeze.dim, aten.select.int}
 
 
 def index_op_problem(node: fx.Node) -> str | None:
@@ -77,6 +85,42 @@ def arange_problem(node: fx.Node) -> str | None:
     return None
 
 
+def embedding_problem(node: fx.Node) -> str | None:
+    """None when node is an embedding lookup a pointwise kernel can gather, else why not."""
+    weight, indices = (tensor_meta(a) for a in node.args[:2])
+    if weight is None or indices is None or weight.dim() != 2:
+        return "embedding of a table that is not a 2-d tensor"
+    if indices.dtype not in (torch.int32, torch.int64):
+        return f"embedding indices of dtype {indices.dtype}"
+    if weight.shape[0] == 0:
+        return "embedding of an empty table"
+    try:
+        dtype_name(node)
+    except NotLowerable as why:
+        return str(why)
+    return None
+
+
+def indices_in_range(node: fx.Node) -> bool:
+    """The graph proves an embedding's indices lie in [0, rows): aranges shifted by constants, through views
+    (GPT-2's position ids). Call it before any rewrite of the graph."""
+    bounds = _value_range(node.args[1])
+    return bounds is not None and 0 <= bounds[0] and bounds[1] < tensor_meta(node.args[0]).shape[0]
+
+
+def _value_range(node) -> tuple[int, int] | None:
+    if not isinstance(node, fx.Node):
+        return None
+    if node.target is ARANGE and arange_problem(node) is None:
+        start, end, step = (list(node.args) + [1] * 3)[:3]
+        values = range(start, end, step)
+        return (min(values[0], values[-1]), max(values[0], values[-1])) if values else None
+    if node.target in (aten.add.Tensor, aten.sub.Tensor) and type(node.args[1]) is int and not node.kwargs:
+        bounds, shift = _value_range(node.args[0]), node.args[1] if node.target is aten.add.Tensor else -node.args[1]
+        return (bounds[0] + shift, bounds[1] + shift) if bounds else None
+    return _value_range(node.args[0]) if node.target in _SAME_VALUES else None
+
+
 def index_dim(node: fx.Node) -> int:
     """The dim a cat or slice runs along, counted from the end (-1 is the last)."""
     rank = tensor_meta(node).dim()
@@ -97,9 +141,11 @@ def region_dim(members) -> int:
     return next((index_dim(m) for m in members if m.target in INDEX_OPS), -1)
 
 
-def lower_region(members: list[fx.Node], outputs: list[fx.Node]) -> tuple[Program, list[fx.Node], int]:
+def lower_region(members: list[fx.Node], outputs: list[fx.Node],
+                 in_range=frozenset()) -> tuple[Program, list[fx.Node], int]:
     """The program computing `outputs` from the members; the group's input nodes, one per program input (a
-    node read at two positions is two inputs); and the indexed dim the program calls its last."""
+    node read at two positions is two inputs); and the indexed dim the program calls its last. `in_range`:
+    the embeddings whose indices `indices_in_range` proved (the kernel then skips the host check)."""
     dim = region_dim(members)
     width = _extent(outputs[-1], dim)
     region = set(members)
@@ -116,12 +162,16 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node]) -> tuple[Progra
     todo = sorted(wanted, key=lambda key: position[key[0]])  # operands before users, as in the graph
     reads: dict[tuple, int] = {}  # (input node, LastDimRead | None) -> program input
     for node, ctx in todo:
+        if node.target is EMBEDDING:
+            reads.setdefault((node.args[0], _gather(node, reads.setdefault((node.args[1], _INDEX), len(reads)),
+                                                     in_range)), len(reads))
+            continue
         for a, c in _operand_contexts(node, ctx, dim):
             if a not in region:
                 reads.setdefault((a, _read(a, c, width, dim)), len(reads))
     builder = ProgramBuilder()
     for a, read in reads:
-        builder.add_input(dtype_name(a), read)
+        builder.add_input(dtype_name(a), None if read is _INDEX else read)
 
     values: dict[tuple, int] = {}
 
@@ -137,10 +187,16 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node]) -> tuple[Progra
             values[(node, ctx)] = _select(builder, node, ctx, pieces)
         elif node.target is ARANGE:
             values[(node, ctx)] = _arange(builder, node, ctx)
+        elif node.target is EMBEDDING:
+            values[(node, ctx)] = reads[(node.args[0], _gather(node, reads[(node.args[1], _INDEX)], in_range))]
         else:
             values[(node, ctx)] = Lowerer(builder, {a: value(a, c) for a, c in operands}).lower(node)
     program = builder.build([values[(n, _context(n, IDENTITY, dim))] for n in outputs])
     return program, [a for a, _ in reads], dim
+
+
+def _gather(node: fx.Node, index_input: int, in_range) -> GatherRead:
+    return GatherRead(index_input, tensor_meta(node.args[0]).shape[0], node in in_range)
 
 
 def _operand_contexts(node: fx.Node, ctx: tuple, dim: int) -> list[tuple]:

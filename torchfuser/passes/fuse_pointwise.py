@@ -11,7 +11,8 @@ Concatenations and slices along any dim join too (ir/region.py lowers them as in
 (`x[..., a:b]` of a member) merges that group, the slices included, when the shapes agree outside d. All
 cats and slices of one group run along the same dim (the kernel's indexed dim). A slice of a value from
 outside stays a view the kernel reads; a slice is never a group by itself. Integer aranges are members
-too (their value is their position).
+too (their value is their position). An embedding is a member that starts a group (it reads its table and
+indices from outside: `GatherRead`), in groups without cats, slices or aranges.
 Every output of a group must have the group's shape: a member of another shape used outside its group is
 pinned (it may only join groups of its own shape) and the grouping runs again, until none is left.
 
@@ -42,7 +43,8 @@ import torch.fx as fx
 
 from torchfuser.ir.from_aten import lowering_problem, tensor_meta
 from torchfuser.ir.region import (
-    ARANGE, INDEX_OPS, arange_problem, cat_operands, index_dim, index_op_problem, is_index_slice, lower_region,
+    ARANGE, EMBEDDING, INDEX_OPS, arange_problem, cat_operands, embedding_problem, index_dim, index_op_problem,
+    indices_in_range, is_index_slice, lower_region,
 )
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.launch import PointwiseKernel
@@ -52,6 +54,8 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     nodes = list(gm.graph.nodes)
     position = {n: i for i, n in enumerate(nodes)}
     fusible = [n for n in nodes if _fusible(n)]
+    # before any rewrite: the ranges come from the aten nodes that produce the indices
+    in_range = frozenset(n for n in fusible if n.target is EMBEDDING and indices_in_range(n))
     pinned: set = set()  # members that must stay in groups of their own shape
     while True:
         group_of, shape_of = _grouping(fusible, position, pinned)
@@ -69,7 +73,7 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     fused_ops = 0
     for offset, group in enumerate(groups):
         fused_ops += len(group)
-        _replace_group(gm, sorted(group, key=position.__getitem__), first_group + offset)
+        _replace_group(gm, sorted(group, key=position.__getitem__), first_group + offset, in_range)
     if groups:
         erase_nodes(gm, [n for g in groups for n in g])
     return PassResult(gm, bool(groups), {
@@ -83,6 +87,8 @@ def _fusible(node: fx.Node) -> bool:
         return index_op_problem(node) is None
     if node.target is ARANGE:
         return arange_problem(node) is None
+    if node.target is EMBEDDING:
+        return embedding_problem(node) is None
     return lowering_problem(node) is None
 
 
@@ -95,7 +101,7 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
         merged = {node}
         shape = tuple(tensor_meta(node).shape)
         reindexes = node.target is torch.ops.aten.cat.default
-        producers = _producer_groups(node, group_of)
+        producers = {} if node.target is EMBEDDING else _producer_groups(node, group_of)  # it starts a group
         for group in sorted(producers, key=lambda g: min(position[n] for n in g)):
             via = producers[group]
             if _fits(merged | group | via, shape_of[group], shape, reindexes or bool(via), pinned) and _is_convex(
@@ -129,6 +135,10 @@ def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinne
     dims = {index_dim(m) for m in members if m.target in INDEX_OPS}
     if len(dims) > 1:
         return False
+    gathers = [m for m in members if m.target is EMBEDDING]
+    if gathers and (dims or any(m.target is ARANGE for m in members)
+                    or any(a in members for m in gathers for a in m.args[:2])):
+        return False  # a gather reads its table and indices from outside, at the identity position
     if not reindexes:
         return group_shape == shape
     dim = len(shape) + (dims.pop() if dims else -1)
@@ -154,13 +164,13 @@ def _is_convex(members: set, position: dict) -> bool:
     return True
 
 
-def _replace_group(gm: fx.GraphModule, group: list[fx.Node], group_id: int) -> None:
+def _replace_group(gm: fx.GraphModule, group: list[fx.Node], group_id: int, in_range: frozenset) -> None:
     members = set(group)
     outputs = [n for n in group if any(u not in members for u in n.users)]
     meta = tensor_meta(outputs[-1])
     if any(tensor_meta(n).shape != meta.shape for n in outputs):
         raise RuntimeError(f"pointwise group {group_id}: outputs of different shapes")  # a grouping bug
-    program, inputs, dim = lower_region(group, outputs)
+    program, inputs, dim = lower_region(group, outputs, in_range)
     kernel = PointwiseKernel(program, tuple(meta.shape), tuple(meta.stride()), group_id, index_dim=dim)
     out_vals = tuple(n.meta["val"] for n in outputs)
     fused = insert_fused_node(gm, kernel, inputs, group, out_vals[0] if len(outputs) == 1 else out_vals)

@@ -100,6 +100,25 @@ class PointwiseLaunch(Launch):
         return args + list(out_buffers) + self.scalars
 
 
+@dataclass
+class CheckedGatherLaunch(PointwiseLaunch):
+    """A launch that gathers rows (an embedding): before it is enqueued, the indices are checked on the host
+    and an index out of range raises IndexError, as eager's embedding does (the kernel clamps, so it never
+    reads outside the table, but must not return rows eager would refuse). Indices a pending kernel writes
+    are waited for: the check costs a sync then, which graph-proven indices (`GatherRead.in_range`) skip."""
+
+    checks: list = field(default_factory=list)  # (index input, rows)
+
+    def prepare(self, inputs: list, call=None) -> list:
+        for index, rows in self.checks:
+            indices = inputs[index]
+            if call is not None:
+                call.before_host_read([indices])
+            if indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < rows):
+                raise IndexError(f"index out of range in self (an embedding index is outside [0, {rows}))")
+        return inputs
+
+
 class PointwiseKernel(FusedKernel):
     """`index_dim`: the output dim (counted from the end) that the program's last-dim reads and `last_index`
     mean (the dim its cats and slices run along). The kernel computes in a frame where that dim is last:
@@ -162,8 +181,13 @@ class PointwiseKernel(FusedKernel):
                 return launch
         shape = self.out_shape
         perm_shape = [shape[d] for d in self.order]
-        reads = [self.program.read_of(i) for i in range(len(inputs))]
-        strides = [[_input_strides(shape, t, r)[d] for d in self.order] for t, r in zip(inputs, reads)]
+        program = self.program
+        reads = [program.read_of(i) for i in range(len(inputs))]
+        # a gathered table is laid out as its row 0 (the row term is added in the kernel); its indices have a
+        # trailing dim of 1 (they broadcast along the table's row)
+        views = [t[0] if program.gather_of(i) else t.unsqueeze(-1) if i in program.gather_indices else t
+                 for i, t in enumerate(inputs)]
+        strides = [[_input_strides(shape, t, r)[d] for d in self.order] for t, r in zip(views, reads)]
         dims = _collapse(perm_shape, strides)
         sizes = [s for s, _ in dims] or [1]
         per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
@@ -173,7 +197,8 @@ class PointwiseKernel(FusedKernel):
         reach = max([numel] + [extent(t) for t in inputs])
         index_type = "int" if reach <= INT32_MAX else "long"
         width = 1
-        if STRIDED not in layouts and vectorisable(self.program) and not self.program.indexes_last_dim:
+        plain = not program.indexes_last_dim and not program.gather_indices  # every input read at the element
+        if STRIDED not in layouts and vectorisable(program) and plain:
             width = VECTOR_WIDTHS[self.program.output_dtypes[0]]
             if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
                 width = 1  # a vector would straddle two rows
@@ -189,12 +214,16 @@ class PointwiseKernel(FusedKernel):
             last = self.order.index(len(shape) - 1)
             scalars += [index(int(np.prod(perm_shape[last + 1:]))), index(shape[-1])]
             scalars += [index(t.stride(-1)) for t, r in zip(inputs, reads) if r is not None]
+        gathers = [(i, program.gather_of(i)) for i in range(len(inputs)) if program.gather_of(i)]
+        scalars += [index(inputs[i].stride(0)) for i, _ in gathers]  # the row stride of each gathered table
         out_stride = _strides_in_order(shape, self.order)
         outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in self.program.output_dtypes]
         items = spec.elements_per_item
         groups = -(-numel // (items * POINTWISE_GROUP))
-        return PointwiseLaunch(spec, (groups * POINTWISE_GROUP,), outputs, scalars, empty=numel == 0,
-                               local_size=(POINTWISE_GROUP,))
+        checks = [(g.index, g.rows) for _, g in gathers if not g.in_range]
+        kind, extra = (CheckedGatherLaunch, {"checks": checks}) if checks else (PointwiseLaunch, {})
+        return kind(spec, (groups * POINTWISE_GROUP,), outputs, scalars, empty=numel == 0,
+                    local_size=(POINTWISE_GROUP,), **extra)
 
 
 def broadcast_strides(shape, t) -> list[int]:

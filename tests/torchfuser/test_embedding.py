@@ -1,0 +1,97 @@
+"""aten.embedding as a gathered read of a pointwise kernel, against eager: exact rows, strided tables and
+indices, zero-size lookups, and IndexError (as eager) for indices outside the table."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchfuser
+from eager_compare import aten_graph, call_nodes
+from torchfuser.ir.program import GatherRead, parse_program
+from torchfuser.passes.fuse_pointwise import fuse_pointwise
+
+
+def compiled_exactly(fn, *inputs):
+    actual, expected = torchfuser.compile(fn)(*inputs), fn(*inputs)
+    assert actual.shape == expected.shape and actual.stride() == expected.stride() and torch.equal(actual, expected)
+    report = torchfuser.last_report()
+    assert report.fallbacks == [], [(f.op, f.reason) for f in report.fallbacks]
+    return report
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("shape", [(3, 7), (13,), (2, 0), ()])
+def test_rows_are_gathered_exactly(dtype, shape):
+    weight = torch.randn(37, 19)
+    ids = torch.randint(0, 37, shape, dtype=dtype)
+    compiled_exactly(lambda w, i: F.embedding(i, w), weight, ids)
+
+
+def test_strided_table_and_indices_and_a_fused_consumer():
+    def fn(w, ids, x):
+        return F.embedding(ids, w) * 2 + x
+
+    weight = torch.randn(11, 40).t()  # [40, 11], rows strided by 1
+    ids = torch.randint(0, 40, (5, 6)).t()
+    x = torch.randn(11)
+    report = compiled_exactly(fn, weight, ids, x)
+    assert len(report.kernels) == 1 and "@gather[" in report.kernels[0].spec
+
+
+@pytest.mark.parametrize("bad", [40, 1000, -1])
+def test_an_index_out_of_range_raises_index_error_as_eager(bad):
+    weight, ids = torch.randn(40, 8), torch.randint(0, 40, (3, 5))
+    ids[2, 1] = bad
+    with pytest.raises(IndexError, match="index out of range in self"):
+        F.embedding(ids, weight)
+    compiled = torchfuser.compile(lambda w, i: F.embedding(i, w) + 1)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled(weight, ids)
+    ids[2, 1] = 39  # the same compiled function still works afterwards
+    assert torch.equal(compiled(weight, ids), F.embedding(ids, weight) + 1)
+
+
+def test_indices_computed_by_a_kernel_are_checked_after_it_ran():
+    def fn(w, ids):
+        return F.embedding(ids * 2 + 1, w)
+
+    weight, ids = torch.randn(10, 4), torch.tensor([[0, 4], [3, 2]])
+    compiled = torchfuser.compile(fn)
+    assert torch.equal(compiled(weight, ids), fn(weight, ids))
+    with pytest.raises(IndexError):
+        compiled(weight, ids + 1)  # 2 * 5 + 1 = 11 > 9
+
+
+def test_arange_positions_are_proven_in_range_and_not_checked():
+    def fn(w, x):
+        return F.embedding(torch.arange(x.shape[1]).unsqueeze(0) + 2, w) + x
+
+    weight, x = torch.randn(16, 8), torch.randn(1, 13, 8)
+    report = compiled_exactly(fn, weight, x)
+    assert any("@gather[v0;n=16;in_range]" in k.spec for k in report.kernels)
+    with pytest.raises(IndexError):  # 15 positions + 2 > 16 rows: not proven, checked, and eager raises too
+        torchfuser.compile(fn)(weight, torch.randn(1, 15, 8))
+
+
+def test_program_text_and_the_reference_path():
+    def fn(w, ids):
+        return F.embedding(ids, w).sigmoid()
+
+    weight, ids = torch.randn(9, 5), torch.randint(0, 9, (4, 3))
+    gm = fuse_pointwise(aten_graph(fn, weight, ids)).gm
+    (node,) = call_nodes(gm)
+    program = node.target.program
+    assert GatherRead(0, 9) in program.input_reads and parse_program(program.text()) == program
+    args = {"w_1": weight, "ids_1": ids}
+    torch.testing.assert_close(node.target.reference(*[args[a.name] for a in node.args]), fn(weight, ids))
+    ids[0, 0] = 9
+    with pytest.raises(IndexError):
+        node.target.reference(*[{"w_1": weight, "ids_1": ids}[a.name] for a in node.args])
+
+
+def test_an_unsupported_table_says_why():
+    weight, ids = torch.randn(6, 4, dtype=torch.float16), torch.randint(0, 6, (3,))
+    out = torchfuser.compile(lambda w, i: F.embedding(i, w))(weight, ids)
+    assert torch.equal(out, F.embedding(ids, weight))
+    (fallback,) = torchfuser.last_report().fallbacks
+    assert fallback.op == "aten.embedding.default" and "float16" in fallback.reason
