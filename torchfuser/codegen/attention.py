@@ -61,6 +61,7 @@ def attention_source(spec: AttentionSpec) -> str:
     if cpu:
         vec = f"float{spec.lanes}"
         helpers += EXP_NONPOSITIVE.replace("INTVEC", f"int{spec.lanes}").replace("VEC", vec)
+        helpers += "".join(_transpose_helper(c_type, width) for c_type, width in _transposed_types(spec))
     body = _lanes_kernel(spec) if cpu else _scalar_kernel(spec)
     return f"""{PREAMBLE}{helpers}
 __kernel void {spec.kernel_name}(
@@ -69,6 +70,16 @@ __kernel void {spec.kernel_name}(
 {body}
 }}
 """
+
+
+def _transposed_types(spec: AttentionSpec) -> list[tuple[str, int]]:
+    """(element type, width) of the tiles the kernel transposes: q and output rows, "rows" mask tiles."""
+    types = [("float", spec.lanes)]
+    for e, layout in enumerate(spec.mask_layouts, start=1):
+        tile = (C_TYPES[spec.score.input_dtypes[e]], min(spec.lanes, KEY_BLOCK))
+        if layout == "rows" and _vector_program(spec) and tile not in types:
+            types.append(tile)
+    return types
 
 
 def _parameters(spec: AttentionSpec) -> list[str]:
@@ -96,18 +107,24 @@ def _empty_row_value(spec: AttentionSpec) -> str:
 # ---------------------------------------------------------------- CPU: query rows as vector lanes
 
 
-def _transpose(names: list[str], width: int, tag: str, c_type: str = "float") -> tuple[list[str], list[str]]:
-    """C lines transposing `width` vectors (rows) into columns: log2(width) rounds of even/odd
-    interleaves, each one two-source shuffle per vector."""
-    vec, half, lines, cur = f"{c_type}{width}", width // 2, [], list(names)
-    for rnd in range(width.bit_length() - 1):
-        new = [f"{tag}{rnd}_{i}" for i in range(width)]
-        for k in range(half):
-            a, b = cur[2 * k], cur[2 * k + 1]
-            lines.append(f"const {vec} {new[k]} = ({vec})({a}.even, {b}.even);")
-            lines.append(f"const {vec} {new[k + half]} = ({vec})({a}.odd, {b}.odd);")
-        cur = new
-    return lines, cur
+def _transpose_helper(c_type: str, width: int) -> str:
+    """C function transposing a width x width tile in place (a[i]: row i in, column i out): log2(width) rounds
+    of even/odd interleaves, each one two-source shuffle per vector. The rounds stay a real loop (unrolled,
+    the kernel's shuffle networks took a third of PoCL's compile time); callers index their tile with
+    constants only, so it stays in registers (through memory it cost the kernel ~10 % at T=128)."""
+    vec, half = f"{c_type}{width}", width // 2
+    shuffles = [f"t{k} = ({vec})(a[{2 * k}].even, a[{2 * k + 1}].even), t{k + half} = ({vec})(a[{2 * k}].odd, a[{2 * k + 1}].odd)"
+                for k in range(half)]
+    nl = "\n    "
+    return f"""
+void tf_transpose_{vec}({vec}* a) {{
+  #pragma unroll 1
+  for (int round = 0; round < {width.bit_length() - 1}; ++round) {{
+    const {vec} {("," + nl + "  ").join(shuffles)};
+    {" ".join(f"a[{k}] = t{k};" for k in range(width))}
+  }}
+}}
+"""
 
 
 def _lanes_kernel(spec: AttentionSpec) -> str:
@@ -122,7 +139,7 @@ def _lanes_kernel(spec: AttentionSpec) -> str:
         f"const {idx} qbase = offQ + b * sQb + h * sQh, obase = b * sOb + h * sOh;",
         f"const {idx} kbase = offK + b * sKb + hk * sKh, vbase = offV + b * sVb + hk * sVh;",
         f"const int{w} lane = (int{w})({lane_ids});",
-        f"{vec} " + ", ".join(f"qt{x}[{padded}], acc{x}[{padded}]" for x in range(nvec)) + ";",
+        f"{vec} qt[{nvec}][{padded}], acc[{nvec}][{padded}];",
     ]
     lines += [f"const int{w} tq{x} = (int{w})((int)t0 + {x * w}) + lane;" for x in range(nvec)]
     lines += [f"const {idx} ebase{e} = offE{e} + b * sE{e}b + h * sE{e}h;" for e in range(1, spec.score.n_inputs)]
@@ -144,44 +161,36 @@ def _lanes_kernel(spec: AttentionSpec) -> str:
     else:
         lines += ["  " + line for line in _key_block(spec, range(nvec))]
     lines.append("}")
-    for x in range(nvec):
-        lines += _store_rows(spec, x)
+    lines += _store_rows(spec)
     return "\n".join("  " + line for line in lines)
 
 
 def _load_q(spec: AttentionSpec) -> list[str]:
-    """qt[x][i] = element i of the vector's rows (rows past T repeat row T - 1), zeros past the head dim."""
-    w, d, contig = spec.lanes, spec.head_dim, spec.layouts[0] == "contig"
-    full = d - d % w
-    lines = []
+    """qt[x][i] = element i of the vector's rows (rows past T repeat row T - 1), zeros past the head dim;
+    acc = 0."""
+    w, padded = spec.lanes, -(-spec.head_dim // spec.lanes) * spec.lanes
+    return [
+        f"for (int x = 0; x < {spec.query_vectors}; ++x) {{",
+        f"  for (int c = 0; c < {padded}; c += {w}) {{",
+        f"    float{w} r[{w}];",
+        *[f"    r[{i}] = {_row_chunk(spec, 'Q', f'qbase + min(t0 + x * {w} + {i}, T - 1) * sQr', 'sQd', spec.layouts[0])};"
+          for i in range(w)],
+        f"    tf_transpose_float{w}(r);",
+        *[f"    qt[x][c + {i}] = r[{i}]; acc[x][c + {i}] = (float{w})(0.0f);" for i in range(w)],
+        "  }",
+        "}",
+    ]
 
-    def chunk(c: str, width: int) -> list[str]:
-        out = []
-        for x in range(spec.query_vectors):
-            names = []
-            for r in range(w):
-                row = f"qbase + min(t0 + {x * w + r}, T - 1) * sQr"
-                if contig and width == w:
-                    value = f"vload{w}(0, Q + {row} + {c})"
-                else:
-                    lanes = [f"Q[{row} + ({c} + {i}) * sQd]" if i < width else "0.0f" for i in range(w)]
-                    value = f"(float{w})({', '.join(lanes)})"
-                out.append(f"const float{w} qr{x}_{r} = {value};")
-                names.append(f"qr{x}_{r}")
-            shuffles, cols = _transpose(names, w, f"qc{x}_")
-            out += shuffles
-            out += [f"qt{x}[{c} + {i}] = {cols[i]}; acc{x}[{c} + {i}] = (float{w})(0.0f);" for i in range(w)]
-        return out
 
-    if full:
-        lines.append(f"for (int c = 0; c < {full}; c += {w}) {{")
-        lines += ["  " + line for line in chunk("c", w)]
-        lines.append("}")
-    if d % w:
-        lines.append("{")
-        lines += ["  " + line for line in chunk(str(full), d % w)]
-        lines.append("}")
-    return lines
+def _row_chunk(spec: AttentionSpec, name: str, row: str, stride: str, layout: str) -> str:
+    """Elements c .. c + lanes - 1 of a row as a vector, zeros past the head dim."""
+    w, d = spec.lanes, spec.head_dim
+    vector = f"vload{w}(0, {name} + {row} + c)"
+    row = f"({row})"
+    lanes = ", ".join(f"c + {i} < {d} ? {name}[{row} + (c + {i}) * {stride}] : 0.0f" for i in range(w))
+    if layout != "contig":
+        return f"(float{w})({lanes})"
+    return vector if d % w == 0 else f"(c + {w} <= {d} ? {vector} : (float{w})({lanes}))"
 
 
 def _key_block(spec: AttentionSpec, live: range) -> list[str]:
@@ -193,16 +202,16 @@ def _key_block(spec: AttentionSpec, live: range) -> list[str]:
     lines = [f"const int n_keys = (int)min(({idx}){kb}, s_end - s0);",
              "__global const float* restrict krows = K + kbase + s0 * sKr;",
              "__global const float* restrict vrows = V + vbase + s0 * sVr;"]
+    # a partial last block reads its last key again in place of the missing ones (masked below)
+    lines += [f"__global const float* restrict k{j} = krows + "
+              f"(n_keys == {kb} ? {_row_offset(spec.kv_row_strides[0], 'sKr', j)} : min({j}, n_keys - 1) * sKr);"
+              for j in range(1, kb)]
     lines += [f"{vec} sc{x}_{j} = ({vec})(0.0f);" for j in range(kb) for x in live]
-    for full in (True, False):  # a full block, then the last partial one (rows clamped to the last key)
-        lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
-        lines.append(f"  for (long i = 0; i < {d}; ++i) {{")  # 64-bit: row + i is one addressing mode
-        lines += [f"    const {vec} qv{x} = qt{x}[i];" for x in live]
-        for j in range(kb):
-            row = _row_offset(spec.kv_row_strides[0], "sKr", j) if full else f"min({j}, n_keys - 1) * sKr"
-            fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in live)
-            lines.append(f"    {{ const {vec} kj = ({vec})(krows[{row} + i{kd}]); {fmas} }}")
-        lines.append("  }")
+    lines.append(f"for (long i = 0; i < {d}; ++i) {{")  # 64-bit: row + i is one addressing mode
+    lines += [f"  const {vec} qv{x} = qt[{x}][i];" for x in live]
+    for j in range(kb):
+        fmas = " ".join(f"sc{x}_{j} = fma(qv{x}, kj, sc{x}_{j});" for x in live)
+        lines.append(f"  {{ const {vec} kj = ({vec})({f'k{j}' if j else 'krows'}[i{kd}]); {fmas} }}")
     lines.append("}")
     lines += _score_program(spec, live)
     for x in live:
@@ -272,11 +281,11 @@ def _mask_rows(spec: AttentionSpec, e: int, live: range) -> list[str]:
         columns = [[] for _ in range(kb)]  # per key: its m-lane pieces, one per group of m rows
         for g in range(kb // m):
             for rg in range(w // m):
-                tile = [rows[rg * m + r] + (f".{('lo', 'hi')[g]}" if kb > m else "") for r in range(m)]
-                shuffles, cols = _transpose(tile, m, f"mt{e}_{x}_{g}_{rg}_", c_type)
-                lines += ["  " + line for line in shuffles]
+                tile = f"mt{e}_{x}_{g}_{rg}"
+                pieces = ", ".join(rows[rg * m + r] + (f".{('lo', 'hi')[g]}" if kb > m else "") for r in range(m))
+                lines += [f"  {c_type}{m} {tile}[{m}] = {{{pieces}}};", f"  tf_transpose_{c_type}{m}({tile});"]
                 for i in range(m):
-                    columns[g * m + i].append(cols[i])
+                    columns[g * m + i].append(f"{tile}[{i}]")
         for j in range(kb):
             value = columns[j][0] if len(columns[j]) == 1 else f"({c_type}{w})({', '.join(columns[j])})"
             lines.append(f"  mr{e}_{x}_{j} = {value};")
@@ -351,68 +360,68 @@ def _tree(values: list[str], combine) -> str:
 
 
 def _weighted_values(spec: AttentionSpec, live: range) -> list[str]:
-    """acc[i] = acc[i] * corr + sum_j p_j * v[j][i]: PV_UNROLL head-dim elements at a time (independent FMA
-    chains), each v element broadcast once for every query vector."""
+    """acc[i] = acc[i] * corr + sum_j p_j * v[j][i]. A full block: PV_UNROLL head-dim elements at a time
+    (independent FMA chains), each v element broadcast once for every query vector. The head dim's rest and
+    a partial last block (which must not read v rows past the keys) take a plain loop, one key at a time."""
     w, d, kb = spec.lanes, spec.head_dim, KEY_BLOCK
     vec, vd = f"float{w}", "" if spec.layouts[2] == "contig" else " * sVd"
-    lines = []
-
-    def steps(start: str, count: int, full: bool) -> list[str]:
-        out = [f"{vec} o{x}_{u} = acc{x}[{start} + {u}] * corr{x};" for x in live for u in range(count)]
+    main = d - d % PV_UNROLL
+    lines = [f"const {vec} " + ", ".join(f"p{x}[{kb}] = {{{', '.join(f'p{x}_{j}' for j in range(kb))}}}"
+                                         for x in live) + ";"]
+    if main:
+        lines += [f"if (n_keys == {kb}) {{", f"  for (long i = 0; i < {main}; i += {PV_UNROLL}) {{"]
+        lines += [f"    {vec} o{x}_{u} = acc[{x}][i + {u}] * corr{x};" for x in live for u in range(PV_UNROLL)]
         for j in range(kb):
             row = _row_offset(spec.kv_row_strides[1], "sVr", j)
-            for u in range(count):
+            for u in range(PV_UNROLL):
                 fmas = " ".join(f"o{x}_{u} = fma(p{x}_{j}, vj, o{x}_{u});" for x in live)
-                load = f"const {vec} vj = ({vec})(vrows[{row} + ({start} + {u}){vd}]);"
-                out.append(f"{{ {load} {fmas} }}" if full else f"if ({j} < n_keys) {{ {load} {fmas} }}")
-        out += [f"acc{x}[{start} + {u}] = o{x}_{u};" for x in live for u in range(count)]
-        return out
-
-    main, rest = d - d % PV_UNROLL, d % PV_UNROLL
-    for full in (True, False):  # a partial block must not read v rows past the keys
-        lines.append(f"if (n_keys == {kb}) {{" if full else "} else {")
-        if main:
-            lines.append(f"  for (long i = 0; i < {main}; i += {PV_UNROLL}) {{")
-            lines += ["    " + line for line in steps("i", PV_UNROLL, full)]
-            lines.append("  }")
-        if rest:
-            lines += ["  " + line for line in ["{"] + steps(str(main), rest, full) + ["}"]]
-    lines.append("}")
-    return lines
-
-
-def _store_rows(spec: AttentionSpec, x: int) -> list[str]:
-    """Normalise (empty rows per masked_rows), transpose back to rows, store rows < T; the logsumexp."""
-    w, d, vec, idx = spec.lanes, spec.head_dim, f"float{spec.lanes}", spec.index_type
-    contig = spec.layouts[3] == "contig"
-    full = d - d % w
-    lines = ["{", f"  const {vec} inv = select(1.0f / l{x}, ({vec})({_empty_row_value(spec)}), l{x} == 0.0f);"]
-
-    def chunk(c: str, width: int) -> list[str]:
-        out = [f"const {vec} oc{i} = acc{x}[{c} + {i}] * inv;" for i in range(w)]
-        shuffles, rows = _transpose([f"oc{i}" for i in range(w)], w, "or")
-        out += shuffles
-        for r in range(w):
-            row = f"obase + (t0 + {x * w + r}) * sOt"
-            if contig and width == w:
-                store = f"vstore{w}({rows[r]}, 0, O + {row} + {c});"
-            else:
-                store = " ".join(f"O[{row} + ({c} + {i}) * sOd] = {rows[r]}.s{i:x};" for i in range(width))
-            out.append(f"if (t0 + {x * w + r} < T) {{ {store} }}")
-        return out
-
-    if full:
-        lines += [f"  for (int c = 0; c < {full}; c += {w}) {{"] + ["    " + s for s in chunk("c", w)] + ["  }"]
-    if d % w:
-        lines += ["  {"] + ["    " + s for s in chunk(str(full), d % w)] + ["  }"]
-    if spec.with_lse:
-        lse = f"m{x} + log(l{x})"
-        if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
-            lse = f"select({lse}, ({vec})(0.0f), l{x} == 0.0f)"
-        lines += [f"  float lse[{w}]; vstore{w}({lse}, 0, lse);",
-                  f"  for (int l = 0; l < {w}; ++l) {{ const {idx} t = t0 + {x * w} + l;",
-                  "    if (t < T) L[b * sLb + h * sLh + t * sLt] = lse[l]; }"]
+                lines.append(f"    {{ const {vec} vj = ({vec})(vrows[{row} + (i + {u}){vd}]); {fmas} }}")
+        lines += [f"    acc[{x}][i + {u}] = o{x}_{u};" for x in live for u in range(PV_UNROLL)]
+        lines += ["  }", "}"]
+    lines.append(f"for (long i = {f'n_keys == {kb} ? {main} : 0' if main else '0'}; i < {d}; ++i) {{")
+    lines += [f"  {vec} o{x} = acc[{x}][i] * corr{x};" for x in live]
+    lines += ["  for (int j = 0; j < n_keys; ++j) {", f"    const {vec} vj = ({vec})(vrows[j * sVr + i{vd}]);"]
+    lines += [f"    o{x} = fma(p{x}[j], vj, o{x});" for x in live]
+    lines.append("  }")
+    lines += [f"  acc[{x}][i] = o{x};" for x in live]
     return lines + ["}"]
+
+
+def _store_rows(spec: AttentionSpec) -> list[str]:
+    """Normalise (empty rows per masked_rows), transpose back to rows, store rows < T; the logsumexp."""
+    w, d, idx, nvec = spec.lanes, spec.head_dim, spec.index_type, spec.query_vectors
+    vec, padded = f"float{w}", -(-d // w) * w
+    at = "obase + ROW * sOt"  # ROW and RI: the row's index and vector, filled in per row
+    scalar = [f"float o[{w}]; vstore{w}(RI, 0, o);",
+              f"for (int e = 0; e < {w} && c + e < {d}; ++e) O[{at} + (c + e) * sOd] = o[e];"]
+    store = [f"vstore{w}(RI, 0, O + {at} + c);"]
+    if spec.layouts[3] != "contig":
+        store = scalar
+    elif d % w:
+        store = [f"if (c + {w} <= {d}) {{ {store[0]} }} else {{"] + ["  " + x for x in scalar] + ["}"]
+    lines = [
+        "{",
+        f"const {vec} " + ", ".join(f"{n}s[{nvec}] = {{{', '.join(f'{n}{x}' for x in range(nvec))}}}" for n in "ml") + ";",
+        f"for (int x = 0; x < {nvec}; ++x) {{",
+        f"  const {vec} inv = select(1.0f / ls[x], ({vec})({_empty_row_value(spec)}), ls[x] == 0.0f);",
+        f"  for (int c = 0; c < {padded}; c += {w}) {{",
+        f"    {vec} r[{w}];",
+        *[f"    r[{i}] = acc[x][c + {i}] * inv;" for i in range(w)],
+        f"    tf_transpose_{vec}(r);",
+    ]
+    for i in range(w):
+        lines.append(f"    if (t0 + x * {w} + {i} < T) {{")
+        lines += ["      " + line.replace("RI", f"r[{i}]").replace("ROW", f"(t0 + x * {w} + {i})") for line in store]
+        lines.append("    }")
+    lines.append("  }")
+    if spec.with_lse:
+        lse = "ms[x] + log(ls[x])"
+        if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
+            lse = f"select({lse}, ({vec})(0.0f), ls[x] == 0.0f)"
+        lines += [f"  float lse[{w}]; vstore{w}({lse}, 0, lse);",
+                  f"  for (int l = 0; l < {w}; ++l) {{ const {idx} t = t0 + x * {w} + l;",
+                  "    if (t < T) L[b * sLb + h * sLh + t * sLt] = lse[l]; }"]
+    return lines + ["}", "}"]
 
 
 # ---------------------------------------------------------------- GPU: scalar, one key at a time
