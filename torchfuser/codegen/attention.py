@@ -50,6 +50,22 @@ VEC tf_exp_nonpositive(const VEC x) {
   return select(p * scale, (VEC)(0.0f), x < -87.0f);  /* a NaN x made p NaN: it stays NaN */
 }
 """
+# Rows read or written element by element (strided, or the head dim's tail): loops kept rolled, as they run
+# once per work-item, at most once per row chunk, and unrolled they were half the code of such kernels.
+ROW_HELPERS = """
+VEC tf_load_row(const __global float* p, const IDX stride, const int n) {
+  float t[W];
+  #pragma unroll 1
+  for (int e = 0; e < W; ++e) t[e] = e < n ? p[e * stride] : 0.0f;
+  return vloadW(0, t);
+}
+void tf_store_row(const VEC v, __global float* p, const IDX stride, const int n) {
+  float t[W];
+  vstoreW(v, 0, t);
+  #pragma unroll 1
+  for (int e = 0; e < min(n, W); ++e) p[e * stride] = t[e];
+}
+"""
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 BOOL_OPS = {"logical_and": "&", "logical_or": "|", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 
@@ -62,6 +78,7 @@ def attention_source(spec: AttentionSpec) -> str:
         vec = f"float{spec.lanes}"
         helpers += EXP_NONPOSITIVE.replace("INTVEC", f"int{spec.lanes}").replace("VEC", vec)
         helpers += "".join(_transpose_helper(c_type, width) for c_type, width in _transposed_types(spec))
+        helpers += ROW_HELPERS.replace("VEC", vec).replace("IDX", spec.index_type).replace("W", str(spec.lanes))
     body = _lanes_kernel(spec) if cpu else _scalar_kernel(spec)
     return f"""{PREAMBLE}{helpers}
 __kernel void {spec.kernel_name}(
@@ -168,29 +185,30 @@ def _lanes_kernel(spec: AttentionSpec) -> str:
 def _load_q(spec: AttentionSpec) -> list[str]:
     """qt[x][i] = element i of the vector's rows (rows past T repeat row T - 1), zeros past the head dim;
     acc = 0."""
-    w, padded = spec.lanes, -(-spec.head_dim // spec.lanes) * spec.lanes
-    return [
-        f"for (int x = 0; x < {spec.query_vectors}; ++x) {{",
-        f"  for (int c = 0; c < {padded}; c += {w}) {{",
-        f"    float{w} r[{w}];",
-        *[f"    r[{i}] = {_row_chunk(spec, 'Q', f'qbase + min(t0 + x * {w} + {i}, T - 1) * sQr', 'sQd', spec.layouts[0])};"
-          for i in range(w)],
-        f"    tf_transpose_float{w}(r);",
-        *[f"    qt[x][c + {i}] = r[{i}]; acc[x][c + {i}] = (float{w})(0.0f);" for i in range(w)],
-        "  }",
-        "}",
-    ]
-
-
-def _row_chunk(spec: AttentionSpec, name: str, row: str, stride: str, layout: str) -> str:
-    """Elements c .. c + lanes - 1 of a row as a vector, zeros past the head dim."""
     w, d = spec.lanes, spec.head_dim
-    vector = f"vload{w}(0, {name} + {row} + c)"
-    row = f"({row})"
-    lanes = ", ".join(f"c + {i} < {d} ? {name}[{row} + (c + {i}) * {stride}] : 0.0f" for i in range(w))
-    if layout != "contig":
-        return f"(float{w})({lanes})"
-    return vector if d % w == 0 else f"(c + {w} <= {d} ? {vector} : (float{w})({lanes}))"
+    row = f"qbase + min(t0 + x * {w} + ROW, T - 1) * sQr"
+    fast = [f"r[{i}] = vload{w}(0, Q + {row.replace('ROW', str(i))} + c);" for i in range(w)]
+    slow = [f"for (int i = 0; i < {w}; ++i) r[i] = tf_load_row(Q + {row.replace('ROW', 'i')} + c * sQd, sQd, {d} - c);"]
+    after = [f"qt[x][c + {i}] = r[{i}]; acc[x][c + {i}] = (float{w})(0.0f);" for i in range(w)]
+    tiles = _row_tiles(spec, spec.layouts[0], [(fast, after), (slow, after)], load=True)
+    return [f"for (int x = 0; x < {spec.query_vectors}; ++x) {{", *tiles, "}"]
+
+
+def _row_tiles(spec: AttentionSpec, layout: str, moves: list, load: bool) -> list[str]:
+    """The loops over the head dim in chunks c of `lanes` elements, each moving the rows of query vector x
+    through a tile r (transposed between the moves): moves[0] (rows, other) for whole contiguous chunks
+    (constant indices only: r stays in registers), moves[1] for the rest (strided rows, the head dim's
+    tail), whose row loops stay rolled (unrolled, they were half the compile time of such kernels)."""
+    w, d = spec.lanes, spec.head_dim
+    padded, end = -(-d // w) * w, d - d % w if layout == "contig" else 0
+    lines = []
+    for start, stop, (rows, other) in zip((0, end), (end, padded), moves):
+        if start < stop:
+            first, then = (rows, other) if load else (other, rows)
+            body = [*first, f"tf_transpose_float{w}(r);", *then]
+            lines += [f"  for (int c = {start}; c < {stop}; c += {w}) {{", f"    float{w} r[{w}];"]
+            lines += ["    " + line for line in body] + ["  }"]
+    return lines
 
 
 def _key_block(spec: AttentionSpec, live: range) -> list[str]:
@@ -267,31 +285,35 @@ def _gather(spec: AttentionSpec, e: int, x: int, j: int) -> str:
 
 
 def _mask_rows(spec: AttentionSpec, e: int, live: range) -> list[str]:
-    """mr{e}_{x}_{j}: a "rows" mask (stride 1 along the keys) for the whole block. A full block loads
-    each lane's KEY_BLOCK keys as one vector and transposes m x m tiles (m = min(lanes, KEY_BLOCK)) in
-    registers; the partial last block gathers (its keys clamped)."""
-    w, kb = spec.lanes, KEY_BLOCK
+    """mr{e}_{x}_{j}: a "rows" mask (stride 1 along the keys) for the whole block: each lane's KEY_BLOCK keys
+    as one vector, m x m tiles (m = min(lanes, KEY_BLOCK)) transposed in registers. A partial last block
+    first copies its keys (clamped) to private memory, in a loop."""
+    w, kb, idx = spec.lanes, KEY_BLOCK, spec.index_type
     c_type, m = C_TYPES[spec.score.input_dtypes[e]], min(spec.lanes, KEY_BLOCK)
-    names = [f"mr{e}_{x}_{j}" for x in live for j in range(kb)]
-    lines = [f"{c_type}{w} {', '.join(names)};", f"if (n_keys == {kb}) {{"]
+    lines = [f"{c_type}{w} {', '.join(f'mr{e}_{x}_{j}' for x in live for j in range(kb))};",
+             f"{c_type} mpart{e}[{w * kb}];"]
     for x in live:
+        lines += [f"if (n_keys < {kb}) {{",
+                  f"  for (int r = 0; r < {w}; ++r) {{",
+                  f"    const {idx} row = ebase{e} + min(t0 + {x * w} + r, T - 1) * sE{e}t;",
+                  f"    for (int j = 0; j < {kb}; ++j) mpart{e}[r * {kb} + j] = E{e}[row + min(s0 + j, S - 1)];",
+                  "  }",
+                  "}"]
         rows = [f"mrow{e}_{x}_{r}" for r in range(w)]
-        lines += [f"  const {c_type}{kb} {rows[r]} = vload{kb}(0, E{e} + ebase{e} + erow{e}_{x}_{r} + s0);"
-                  for r in range(w)]
+        lines += [f"const {c_type}{kb} {rows[r]} = n_keys == {kb} ? vload{kb}(0, E{e} + ebase{e} + erow{e}_{x}_{r} + s0)"
+                  f" : vload{kb}({r}, mpart{e});" for r in range(w)]
         columns = [[] for _ in range(kb)]  # per key: its m-lane pieces, one per group of m rows
         for g in range(kb // m):
             for rg in range(w // m):
                 tile = f"mt{e}_{x}_{g}_{rg}"
                 pieces = ", ".join(rows[rg * m + r] + (f".{('lo', 'hi')[g]}" if kb > m else "") for r in range(m))
-                lines += [f"  {c_type}{m} {tile}[{m}] = {{{pieces}}};", f"  tf_transpose_{c_type}{m}({tile});"]
+                lines += [f"{c_type}{m} {tile}[{m}] = {{{pieces}}};", f"tf_transpose_{c_type}{m}({tile});"]
                 for i in range(m):
                     columns[g * m + i].append(f"{tile}[{i}]")
         for j in range(kb):
             value = columns[j][0] if len(columns[j]) == 1 else f"({c_type}{w})({', '.join(columns[j])})"
-            lines.append(f"  mr{e}_{x}_{j} = {value};")
-    lines.append("} else {")
-    lines += [f"  mr{e}_{x}_{j} = {_gather(spec, e, x, j)};" for x in live for j in range(kb)]
-    return lines + ["}"]
+            lines.append(f"mr{e}_{x}_{j} = {value};")
+    return lines
 
 
 def _vector_program(spec: AttentionSpec):
@@ -390,30 +412,18 @@ def _weighted_values(spec: AttentionSpec, live: range) -> list[str]:
 def _store_rows(spec: AttentionSpec) -> list[str]:
     """Normalise (empty rows per masked_rows), transpose back to rows, store rows < T; the logsumexp."""
     w, d, idx, nvec = spec.lanes, spec.head_dim, spec.index_type, spec.query_vectors
-    vec, padded = f"float{w}", -(-d // w) * w
-    at = "obase + ROW * sOt"  # ROW and RI: the row's index and vector, filled in per row
-    scalar = [f"float o[{w}]; vstore{w}(RI, 0, o);",
-              f"for (int e = 0; e < {w} && c + e < {d}; ++e) O[{at} + (c + e) * sOd] = o[e];"]
-    store = [f"vstore{w}(RI, 0, O + {at} + c);"]
-    if spec.layouts[3] != "contig":
-        store = scalar
-    elif d % w:
-        store = [f"if (c + {w} <= {d}) {{ {store[0]} }} else {{"] + ["  " + x for x in scalar] + ["}"]
+    vec = f"float{w}"
+    at = f"O + obase + (t0 + x * {w} + ROW) * sOt"
+    fast = [f"if (t0 + x * {w} + {i} < T) vstore{w}(r[{i}], 0, {at.replace('ROW', str(i))} + c);" for i in range(w)]
+    slow = [f"for (int i = 0; i < {w} && t0 + x * {w} + i < T; ++i) "
+            f"tf_store_row(r[i], {at.replace('ROW', 'i')} + c * sOd, sOd, {d} - c);"]
+    before = [f"r[{i}] = acc[x][c + {i}] * inv;" for i in range(w)]
     lines = [
-        "{",
         f"const {vec} " + ", ".join(f"{n}s[{nvec}] = {{{', '.join(f'{n}{x}' for x in range(nvec))}}}" for n in "ml") + ";",
         f"for (int x = 0; x < {nvec}; ++x) {{",
         f"  const {vec} inv = select(1.0f / ls[x], ({vec})({_empty_row_value(spec)}), ls[x] == 0.0f);",
-        f"  for (int c = 0; c < {padded}; c += {w}) {{",
-        f"    {vec} r[{w}];",
-        *[f"    r[{i}] = acc[x][c + {i}] * inv;" for i in range(w)],
-        f"    tf_transpose_{vec}(r);",
+        *_row_tiles(spec, spec.layouts[3], [(fast, before), (slow, before)], load=False),
     ]
-    for i in range(w):
-        lines.append(f"    if (t0 + x * {w} + {i} < T) {{")
-        lines += ["      " + line.replace("RI", f"r[{i}]").replace("ROW", f"(t0 + x * {w} + {i})") for line in store]
-        lines.append("    }")
-    lines.append("  }")
     if spec.with_lse:
         lse = "ms[x] + log(ls[x])"
         if spec.masked_rows == "zero":  # SDPA reports 0 for a row with every key masked
@@ -421,7 +431,7 @@ def _store_rows(spec: AttentionSpec) -> list[str]:
         lines += [f"  float lse[{w}]; vstore{w}({lse}, 0, lse);",
                   f"  for (int l = 0; l < {w}; ++l) {{ const {idx} t = t0 + x * {w} + l;",
                   "    if (t < T) L[b * sLb + h * sLh + t * sLt] = lse[l]; }"]
-    return lines + ["}", "}"]
+    return ["{"] + ["  " + line for line in lines] + ["  }", "}"]
 
 
 # ---------------------------------------------------------------- GPU: scalar, one key at a time
