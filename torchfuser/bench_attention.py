@@ -6,11 +6,16 @@ each timed back to back ("alone"). Interleaving has a catch here: torch's OpenMP
 after each eager or inductor call and take the cores from the OpenCL kernel that runs next (GPT-2 shape,
 non-causal: 2.9 ms alone, 6.4 ms right after an eager call). Run with OMP_WAIT_POLICY=PASSIVE to compare
 without that, or read the "alone" columns.
+
+"first call s" is the compiled function's first call: tracing, passes, kernel builds and the first launch
+(PoCL compiles the work-group function there, not in clBuildProgram). For cold numbers run with
+POCL_KERNEL_CACHE=0 PYOPENCL_NO_CACHE=1 TORCHFUSER_CACHE_DIR=$(mktemp -d).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +44,10 @@ def run_shape(name: str, shape: tuple, repeats: int, inductor: bool) -> dict:
     q, k, v = torch.randn(b, h, t, d), torch.randn(b, hkv, t, d), torch.randn(b, hkv, t, d)
     fn = sdpa_fn(causal, hkv != h)
     fused = torchfuser.compile(fn)
-    torch.testing.assert_close(fused(q, k, v), fn(q, k, v), rtol=1e-4, atol=1e-5)
+    started = time.perf_counter()
+    out = fused(q, k, v)
+    first_call = time.perf_counter() - started
+    torch.testing.assert_close(out, fn(q, k, v), rtol=1e-4, atol=1e-5)
     report = torchfuser.last_report()
     report.plan.stats.clear()
     candidates = {"eager": lambda: fn(q, k, v), "torchfuser": lambda: fused(q, k, v)}
@@ -51,12 +59,13 @@ def run_shape(name: str, shape: tuple, repeats: int, inductor: bool) -> dict:
     kernel = [x for x in report.to_dict()["kernels"] if x["kind"] == "attention"]
     alone = {n: interleaved_medians({n: candidates[n]}, repeats=repeats)[n] for n in ("eager", "torchfuser")}
     return {"name": name, "medians": medians, "kernel_seconds": kernel[0]["mean_seconds"] if kernel else None,
-            "alone": alone, "flops": 4 * b * h * t * t * d * (0.5 if causal else 1.0)}
+            "alone": alone, "first_call": first_call, "flops": 4 * b * h * t * t * d * (0.5 if causal else 1.0)}
 
 
 def format_rows(rows: list[dict]) -> str:
     head = (f"{'shape':<18}{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}{'kernel ms':>11}"
-            f"{'x eager':>9}{'x inductor':>12}{'GFLOP/s':>9}{'alone: eager':>14}{'torchfuser':>12}{'x eager':>9}")
+            f"{'x eager':>9}{'x inductor':>12}{'GFLOP/s':>9}{'alone: eager':>14}{'torchfuser':>12}{'x eager':>9}"
+            f"{'first call s':>14}")
     lines = [head, "-" * len(head)]
     for r in rows:
         m, alone = r["medians"], r["alone"]
@@ -65,7 +74,7 @@ def format_rows(rows: list[dict]) -> str:
                      f"{(kernel or 0) * 1e3:>11.3f}{m['eager'] / fused:>9.2f}"
                      f"{(ind / fused if ind else float('nan')):>12.2f}{r['flops'] / fused / 1e9:>9.0f}"
                      f"{alone['eager'] * 1e3:>14.3f}{alone['torchfuser'] * 1e3:>12.3f}"
-                     f"{alone['eager'] / alone['torchfuser']:>9.2f}")
+                     f"{alone['eager'] / alone['torchfuser']:>9.2f}{r['first_call']:>14.2f}")
     return "\n".join(lines)
 
 

@@ -130,8 +130,8 @@ def _transpose_helper(c_type: str, width: int) -> str:
     the kernel's shuffle networks took a third of PoCL's compile time); callers index their tile with
     constants only, so it stays in registers (through memory it cost the kernel ~10 % at T=128)."""
     vec, half = f"{c_type}{width}", width // 2
-    shuffles = [f"t{k} = ({vec})(a[{2 * k}].even, a[{2 * k + 1}].even), t{k + half} = ({vec})(a[{2 * k}].odd, a[{2 * k + 1}].odd)"
-                for k in range(half)]
+    shuffles = [f"t{k} = ({vec})(a[{2 * k}].even, a[{2 * k + 1}].even), "
+                f"t{k + half} = ({vec})(a[{2 * k}].odd, a[{2 * k + 1}].odd)" for k in range(half)]
     nl = "\n    "
     return f"""
 void tf_transpose_{vec}({vec}* a) {{
@@ -300,8 +300,8 @@ def _mask_rows(spec: AttentionSpec, e: int, live: range) -> list[str]:
                   "  }",
                   "}"]
         rows = [f"mrow{e}_{x}_{r}" for r in range(w)]
-        lines += [f"const {c_type}{kb} {rows[r]} = n_keys == {kb} ? vload{kb}(0, E{e} + ebase{e} + erow{e}_{x}_{r} + s0)"
-                  f" : vload{kb}({r}, mpart{e});" for r in range(w)]
+        lines += [f"const {c_type}{kb} {rows[r]} = n_keys == {kb} ? "
+                  f"vload{kb}(0, E{e} + ebase{e} + erow{e}_{x}_{r} + s0) : vload{kb}({r}, mpart{e});" for r in range(w)]
         columns = [[] for _ in range(kb)]  # per key: its m-lane pieces, one per group of m rows
         for g in range(kb // m):
             for rg in range(w // m):
@@ -419,7 +419,8 @@ def _store_rows(spec: AttentionSpec) -> list[str]:
             f"tf_store_row(r[i], {at.replace('ROW', 'i')} + c * sOd, sOd, {d} - c);"]
     before = [f"r[{i}] = acc[x][c + {i}] * inv;" for i in range(w)]
     lines = [
-        f"const {vec} " + ", ".join(f"{n}s[{nvec}] = {{{', '.join(f'{n}{x}' for x in range(nvec))}}}" for n in "ml") + ";",
+        f"const {vec} " + ", ".join(f"{n}s[{nvec}] = {{{', '.join(f'{n}{x}' for x in range(nvec))}}}"
+                                    for n in "ml") + ";",
         f"for (int x = 0; x < {nvec}; ++x) {{",
         f"  const {vec} inv = select(1.0f / ls[x], ({vec})({_empty_row_value(spec)}), ls[x] == 0.0f);",
         *_row_tiles(spec, spec.layouts[3], [(fast, before), (slow, before)], load=False),
