@@ -9,7 +9,9 @@ and weighted sum of values in registers.
   horizontal sums. The softmax runs lane-wise (one vector exp per key for 16 rows) and p·v is again a
   broadcast of v[j][i] into FMAs on the accumulators acc[i] (private arrays, L1-resident). At the end
   the accumulators are transposed back to rows and stored through the output strides. No local memory
-  (slow on PoCL).
+  (slow on PoCL). Code size is compile time (PoCL compiles the kernel at its first launch, and once more
+  for the binary the kernel cache stores): transposes, row tails and partial key blocks are loops, and only
+  the hot loops' bodies are unrolled.
 - row_scalar (GPUs): one query row per work-item, scalar loops, one key at a time; neighbouring
   work-items read the same key row together.
 The score program (scale, additive masks, fills) runs on the raw dot products; causal masking ends the walk
@@ -50,8 +52,9 @@ VEC tf_exp_nonpositive(const VEC x) {
   return select(p * scale, (VEC)(0.0f), x < -87.0f);  /* a NaN x made p NaN: it stays NaN */
 }
 """
-# Rows read or written element by element (strided, or the head dim's tail): loops kept rolled, as they run
-# once per work-item, at most once per row chunk, and unrolled they were half the code of such kernels.
+
+# Rows read or written element by element (strided rows, the head dim's tail): rolled loops, as they run
+# only at a work-item's start and end, and unrolled they were half the code of such kernels.
 ROW_HELPERS = """
 VEC tf_load_row(const __global float* p, const IDX stride, const int n) {
   float t[W];
