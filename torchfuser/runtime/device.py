@@ -64,6 +64,19 @@ class Device:
         return self.host_unified_memory
 
     @cached_property
+    def driver_caches_builds(self) -> bool:
+        """The driver keeps its own on-disk cache of programs built from source (PoCL, NVIDIA).
+
+        Asking such a driver for a program's binary makes PoCL compile a second, generic copy of every
+        kernel (half of a cold build), and buys nothing: a rebuild from source is a lookup in its cache.
+        """
+        from pyopencl.characterize import has_src_build_cache
+
+        if self.platform == "Portable Computing Language" and os.environ.get("POCL_KERNEL_CACHE") == "0":
+            return False
+        return bool(has_src_build_cache(self.cl_device))
+
+    @cached_property
     def identity(self) -> str:
         """What a built binary depends on: enters every cache key."""
         d = self.cl_device

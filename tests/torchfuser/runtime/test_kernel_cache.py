@@ -25,8 +25,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def run_child(cache_dir, constant):
+def run_child(cache_dir, constant, driver_cache=None):
+    """Without driver_cache (a directory) PoCL's own kernel cache is off, so entries hold binaries."""
     env = {**os.environ, "TORCHFUSER_CACHE_DIR": str(cache_dir), "POCL_KERNEL_CACHE": "0"}
+    if driver_cache is not None:
+        env.update(POCL_KERNEL_CACHE="1", POCL_CACHE_DIR=str(driver_cache))
     done = subprocess.run([sys.executable, "-c", CHILD, repr(constant)], env=env, capture_output=True, text=True,
                           timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -56,6 +59,19 @@ def test_a_new_process_loads_the_kernel_from_disk(tmp_path):
     assert run_child(tmp_path, 1.125)[0] == "miss"
     assert len(entries(tmp_path)) == 1
     assert run_child(tmp_path, 1.125)[0] == "disk"
+
+
+def test_with_a_caching_driver_the_entry_records_the_build_and_the_driver_keeps_the_binary(tmp_path):
+    ours, pocls = tmp_path / "torchfuser", tmp_path / "pocl"
+    assert run_child(ours, 1.375, driver_cache=pocls)[0] == "miss"
+    (entry,) = entries(ours)
+    assert entry.stat().st_size < 200  # a record, not a program binary
+    assert any(pocls.rglob("*")), "PoCL kept no build of its own"
+    assert run_child(ours, 1.375, driver_cache=pocls)[0] == "disk"
+    # the driver's cache turned off later: the record is replaced by a binary, quietly
+    status, warnings = run_child(ours, 1.375)
+    assert status == "miss" and not warnings
+    assert entry.stat().st_size > 200 and run_child(ours, 1.375)[0] == "disk"
 
 
 def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path):
