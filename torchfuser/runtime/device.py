@@ -94,8 +94,21 @@ class Device:
         }
 
 
+def pin_pocl_workers() -> None:
+    """Ask PoCL to pin its worker thread i to CPU i (POCL_AFFINITY=1, read when PoCL starts its threads),
+    unless the user chose. Unpinned, Linux often wakes both workers of a 2-vCPU machine on one CPU and
+    leaves the other idle for milliseconds: a 1024^3 GEMM ran at 101-170 GFLOP/s with 10-41 % of the CPU
+    time idle, pinned at 178-221 with 0-5 % idle. Only where CPU i exists for every i (no taskset/cpuset
+    subset), since a worker pinned to a CPU the process may not use would be refused."""
+    if "POCL_AFFINITY" in os.environ or not hasattr(os, "sched_getaffinity"):  # the latter: not Linux
+        return
+    if os.sched_getaffinity(0) == set(range(os.cpu_count() or 0)):
+        os.environ["POCL_AFFINITY"] = "1"
+
+
 def list_devices() -> list[tuple[str, object]]:
     """[("P:D", cl.Device)] for every device of every platform; [] when there is no OpenCL."""
+    pin_pocl_workers()
     import pyopencl as cl
 
     try:
