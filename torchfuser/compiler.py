@@ -218,7 +218,8 @@ _REGION_OPS = {
     ARANGE: ("arange", arange_problem),
     EMBEDDING: ("embedding", embedding_problem),
 }
-_CONSTANT = "a constant made on the host: no OpenCL kernel (it reads no data, so it waits for no kernel)"
+_CONSTANT = ("a constant made on the host, for readers outside pointwise kernels (those take it as a literal); "
+             "it reads no data, so it waits for no kernel")
 _NO_KERNEL = {
     aten.full.default: _CONSTANT,
     aten.scalar_tensor.default: _CONSTANT,

@@ -234,3 +234,33 @@ def test_row_and_column_broadcasts(cols):
     (kernel,) = torchfuser.last_report().kernels
     assert "layouts=contig,row,col" in kernel.spec
     assert ("vector=16" in kernel.spec) == (cols % 16 == 0)
+
+
+def test_full_and_scalar_tensor_become_literals_of_their_readers():
+    """HF builds attention masks from torch.full and masked_fill (a scalar_tensor in core ATen): the kernels
+    read those values as literals, and nothing is left running in PyTorch."""
+    def fn(x, mask):
+        filled = x.masked_fill(mask, torch.finfo(x.dtype).min)  # scalar_tensor + where
+        base = torch.full((1, 7), -math.inf)  # broadcast against x, then replaced where x > 0
+        ints = torch.full((3, 7), 2, dtype=torch.int64) * (x > 0)  # an integer constant, promoted
+        padded = torch.cat((x, torch.zeros(3, 2)), 1)  # a constant piece of a cat
+        return filled * 0.5, torch.where(x > 0, x, base), ints + 1, padded, torch.full((3, 7), 1.5).clone()
+
+    x, mask = torch.randn(3, 7), torch.rand(3, 7) > 0.5
+    x[0, 0] = math.nan
+    for actual, expected in zip(compiled(fn)(x, mask), fn(x, mask)):
+        assert actual.dtype == expected.dtype
+        assert_close(actual, expected)
+    report = torchfuser.last_report()
+    assert report.fallbacks == []
+    assert all(k.kind == "pointwise" for k in report.kernels)
+    assert "-INFINITY" in "".join(k.source for k in report.kernels)
+
+
+def test_a_constant_read_only_by_pytorch_stays_a_host_op():
+    fn = lambda x: torch.cumsum(torch.full((5,), 0.25), 0) + x  # noqa: E731  (cumsum has no kernel)
+    x = torch.randn(5)
+    assert_close(compiled(fn)(x), fn(x))
+    reasons = {f.op: f.reason for f in torchfuser.last_report().fallbacks}
+    assert set(reasons) == {"aten.full.default", "aten.cumsum.default"}
+    assert "constant made on the host" in reasons["aten.full.default"]

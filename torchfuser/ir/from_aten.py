@@ -33,6 +33,25 @@ def dtype_name(node) -> str:
     return DTYPE_NAMES[meta.dtype]
 
 
+CONSTANT_OPS = (aten.scalar_tensor.default, aten.full.default)
+
+
+def constant_value(node) -> Const | None:
+    """The one value of every element of a scalar_tensor or full node (HF masks fill with finfo.min or
+    -inf this way), at the node's dtype; None for other nodes. Kernels take it as a literal: it is no
+    input, and the host op goes once no reader is left."""
+    if not isinstance(node, fx.Node) or node.target not in CONSTANT_OPS:
+        return None
+    value = node.args[0] if node.target is aten.scalar_tensor.default else node.args[1]
+    meta = tensor_meta(node)
+    if meta is None or meta.dtype not in DTYPE_NAMES or not isinstance(value, (bool, int, float)):
+        return None
+    dtype = DTYPE_NAMES[meta.dtype]
+    if not is_float(dtype) and isinstance(value, float) and (value != value or abs(value) == float("inf")):
+        return None  # eager's conversion of nan/inf to an integer is undefined: leave it to eager
+    return Const(value, dtype)
+
+
 class Lowerer:
     """Builds one program; `values` maps group-external and already-lowered nodes to value ids."""
 
@@ -43,9 +62,12 @@ class Lowerer:
     def operand(self, arg, dtype: str):
         """A value id or Const for arg, cast to dtype."""
         if isinstance(arg, fx.Node):
-            if arg not in self.values:
+            if arg in self.values:
+                return self.b.cast(self.values[arg], dtype)
+            constant = constant_value(arg)
+            if constant is None:
                 raise NotLowerable(f"operand {arg.name} is not available to the kernel")
-            return self.b.cast(self.values[arg], dtype)
+            return self.b.cast(constant, dtype)
         if isinstance(arg, bool):
             return self.b.cast(Const(arg, "bool"), dtype)
         if isinstance(arg, int):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.ir.from_aten import Lowerer, NotLowerable, constant_value, dtype_name, tensor_meta
 from torchfuser.ir.program import Const, GatherRead, LastDimRead, Program, ProgramBuilder
 
 aten = torch.ops.aten
@@ -167,7 +167,7 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node],
                                                      in_range)), len(reads))
             continue
         for a, c in _operand_contexts(node, ctx, dim):
-            if a not in region:
+            if a not in region and constant_value(a) is None:  # constants are literals, not inputs
                 reads.setdefault((a, _read(a, c, width, dim)), len(reads))
     builder = ProgramBuilder()
     for a, read in reads:
@@ -176,7 +176,10 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node],
     values: dict[tuple, int] = {}
 
     def value(a, c):
-        return values[(a, c)] if a in region else reads[(a, _read(a, c, width, dim))]
+        if a in region:
+            return values[(a, c)]
+        constant = constant_value(a)
+        return reads[(a, _read(a, c, width, dim))] if constant is None else constant
 
     for node, ctx in todo:
         operands = _operand_contexts(node, ctx, dim)
@@ -191,7 +194,9 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node],
             values[(node, ctx)] = reads[(node.args[0], _gather(node, reads[(node.args[1], _INDEX)], in_range))]
         else:
             values[(node, ctx)] = Lowerer(builder, {a: value(a, c) for a, c in operands}).lower(node)
-    program = builder.build([values[(n, _context(n, IDENTITY, dim))] for n in outputs])
+    results = [values[(n, _context(n, IDENTITY, dim))] for n in outputs]
+    # an output that is a literal (a copy or cat of constants) is still computed, at every element
+    program = builder.build([builder.emit("cast", (v,), v.dtype) if isinstance(v, Const) else v for v in results])
     return program, [a for a, _ in reads], dim
 
 
