@@ -264,3 +264,57 @@ def test_a_constant_read_only_by_pytorch_stays_a_host_op():
     reasons = {f.op: f.reason for f in torchfuser.last_report().fallbacks}
     assert set(reasons) == {"aten.full.default", "aten.cumsum.default"}
     assert "constant made on the host" in reasons["aten.full.default"]
+
+
+def _division_operands(dtype):
+    """Dividends and divisors of both signs, exact multiples, zeros, infinities and NaN (floats)."""
+    a = torch.tensor([7.0, -7.0, 7.0, -7.0, 6.0, -6.0, 0.0, -0.0, 5.5, -5.5, 1e30, 3.0, math.inf, math.nan, 2.0, -2.0])
+    b = torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 3.0, -3.0, 0.1, 0.1, 7.0, math.inf, 2.0, 1.0, 0.0, 0.0])
+    a = torch.cat((a, torch.randn(509) * 100))
+    b = torch.cat((b, torch.randn(509) * 10))
+    return a.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", ["floor", "trunc", "remainder", "floor_divide", "scalar"])
+def test_rounded_division_and_remainder_match_eager_bit_for_bit(op, dtype):
+    fns = {
+        "floor": lambda a, b: torch.div(a, b, rounding_mode="floor") + 1,
+        "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc") + 1,
+        "remainder": lambda a, b: torch.remainder(a, b) * 1,
+        "floor_divide": lambda a, b: (a // b) * 1,
+        "scalar": lambda a, b: torch.remainder(a, -1.5) + torch.div(b, 0.3, rounding_mode="floor"),
+    }
+    a, b = _division_operands(dtype)
+    actual, expected = compiled(fns[op])(a, b), fns[op](a, b)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+    numbers = ~expected.isnan()  # (a NaN's sign is not a result)
+    assert torch.equal(torch.signbit(actual[numbers]), torch.signbit(expected[numbers]))  # -0.0 as eager
+    assert torchfuser.last_report().fallbacks == []
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_by_constants_runs_in_a_kernel(dtype):
+    def fn(x):
+        return x // 4 + torch.div(x, -3, rounding_mode="trunc") + x % 5 + torch.remainder(x, -7)
+
+    x = torch.arange(-50, 51, dtype=dtype)
+    actual = compiled(fn)(x)
+    assert actual.dtype == dtype and torch.equal(actual, fn(x))
+    assert torchfuser.last_report().fallbacks == []
+
+
+@pytest.mark.parametrize("divisor", ["tensor", 0])
+def test_integer_division_that_eager_may_refuse_stays_in_pytorch(divisor):
+    x = torch.arange(-5, 6)
+    d = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]) if divisor == "tensor" else 0
+    fn = lambda x, d: x % d + 1  # noqa: E731
+    if divisor == 0:
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn(x, d)
+        with pytest.raises(Exception, match="ZeroDivisionError"):
+            compiled(fn)(x, d)
+        return
+    assert torch.equal(compiled(fn)(x, d), fn(x, d))
+    (fallback,) = torchfuser.last_report().fallbacks
+    assert "eager raises for a zero divisor" in fallback.reason

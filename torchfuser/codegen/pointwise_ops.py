@@ -70,6 +70,15 @@ OPS: dict[str, OpDef] = {
     "ceil": _op(1, "ceil({a})", torch.ceil, True),
     "round": _op(1, "rint({a})", torch.round, True),
     "pow": _op(2, "pow({a}, {b})", _pow, True),
+    # integer forms assume a divisor that is neither 0 nor -1 (the lowering only passes such constants)
+    "floor_divide": _op(2, {"f": "tf_floordiv_{T}({a}, {b})",
+                            "i": "(({a}) / ({b}) - ((({a}) % ({b}) != 0) & ((({a}) < 0) != (({b}) < 0))))"},
+                        lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    "trunc_divide": _op(2, {"f": "trunc(({a}) / ({b}))", "i": "(({a}) / ({b}))"},
+                        lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+    "remainder": _op(2, {"f": "tf_remainder_{T}({a}, {b})",
+                         "i": "(({a}) % ({b}) + ((({a}) % ({b}) != 0) & (((({a}) % ({b})) < 0) != (({b}) < 0))) * ({b}))"},
+                     torch.remainder),
     "maximum": _op(
         2, {"f": "tf_maximum_{T}({a}, {b})", "i": "max({a}, {b})"}, torch.maximum
     ),
@@ -93,6 +102,25 @@ OPS: dict[str, OpDef] = {
     # the output's coordinate along its last dim (pointwise kernels define jlast); interpreted by shape
     "last_index": _op(0, "(({T})jlast)", None),
 }
+
+_DIVISION_HELPERS = """
+// floor division and Python's remainder as eager computes them (fmod first, then a sign fix; floor of a
+// quotient that is an integer up to rounding, nudged back up when rounding put it just below); ?: and the
+// mask operators work on vectors as on scalars
+inline TYPE tf_remainder_TYPE(TYPE a, TYPE b) {
+  TYPE mod = fmod(a, b);
+  return ((mod != (TYPE)0) & ((b < (TYPE)0) ^ (mod < (TYPE)0))) ? mod + b : mod;
+}
+inline TYPE tf_floordiv_TYPE(TYPE a, TYPE b) {
+  TYPE mod = fmod(a, b);
+  TYPE div = (a - mod) / b;
+  div = ((mod != (TYPE)0) & ((b < (TYPE)0) ^ (mod < (TYPE)0))) ? div - (TYPE)1 : div;
+  TYPE below = floor(div);
+  below = (div - below > (TYPE)0.5) ? below + (TYPE)1 : below;
+  below = (div == (TYPE)0) ? copysign((TYPE)0, a / b) : below;
+  return (b == (TYPE)0) ? a / b : below;
+}
+"""
 
 # Helpers referenced by the templates, emitted once per kernel for each C type it uses (TYPE is the scalar
 # or vector type, e.g. float or float16). erf: the rational approximation used by Eigen/XLA (accurate to
@@ -120,7 +148,7 @@ inline TYPE tf_gelu_erf_TYPE(TYPE x) {
 inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
   return (TYPE)0.5f * x * ((TYPE)1.0f + tanh((TYPE)0x1.988454p-1f * (x + (TYPE)0.044715f * x * x * x)));
 }
-""",
+""" + _DIVISION_HELPERS,
     "double": """
 inline TYPE tf_maximum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
 inline TYPE tf_minimum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
@@ -129,7 +157,7 @@ inline TYPE tf_gelu_erf_TYPE(TYPE x) { return (TYPE)0.5 * x * ((TYPE)1.0 + erf(x
 inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
   return (TYPE)0.5 * x * ((TYPE)1.0 + tanh((TYPE)(M_SQRT2 * M_2_SQRTPI * 0.5) * (x + (TYPE)0.044715 * x * x * x)));
 }
-""",
+""" + _DIVISION_HELPERS,
 }
 
 # Ops whose templates are valid on OpenCL vector types (no comparisons, selects on masks, or casts).

@@ -248,9 +248,24 @@ def _leaky_relu(lw: Lowerer, node):
 
 def _div(lw: Lowerer, node):
     mode = node.kwargs.get("rounding_mode")
-    if mode is not None:
-        raise NotLowerable(f"div with rounding_mode={mode!r}")
-    return _binary("div")(lw, node)
+    if mode is None:
+        return _binary("div")(lw, node)
+    return _rounded_division({"floor": "floor_divide", "trunc": "trunc_divide"}[mode])(lw, node)
+
+
+def _rounded_division(op):
+    """floor/trunc division and remainder. On integers eager raises for a zero divisor, which a kernel cannot:
+    only constant divisors other than 0 (and -1, whose overflow at the minimum is undefined in C) are taken."""
+    def lower(lw: Lowerer, node):
+        dtype = dtype_name(node)
+        divisor = node.args[1]
+        if not is_float(dtype) and (isinstance(divisor, fx.Node) or divisor in (0, -1)):
+            divisor = constant_value(divisor) if isinstance(divisor, fx.Node) else Const(divisor, "int64")
+            if divisor is None or divisor.value in (0, -1):
+                raise NotLowerable(f"integer {op} by a tensor, 0 or -1 (eager raises for a zero divisor)")
+        return _binary(op)(lw, node)
+
+    return lower
 
 
 POINTWISE = {
@@ -265,6 +280,9 @@ POINTWISE = {
     aten.div.Tensor: _binary("div"),
     aten.div.Scalar: _binary("div"),
     aten.div.Tensor_mode: _div,
+    aten.div.Scalar_mode: _div,
+    aten.remainder.Tensor: _rounded_division("remainder"),
+    aten.remainder.Scalar: _rounded_division("remainder"),
     aten.maximum.default: _binary("maximum"),
     aten.minimum.default: _binary("minimum"),
     aten.eq.Tensor: _compare("eq"), aten.eq.Scalar: _compare("eq"),
