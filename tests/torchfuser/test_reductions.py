@@ -53,7 +53,10 @@ def reduction_kernels():
 def test_each_reduction_matches_eager(name, n):
     fn = REDUCTIONS[name]
     x, w, b = torch.randn(2, 3, n), torch.randn(n), torch.randn(n)
-    assert_close(compiled(fn, x, w, b), fn(x, w, b))
+    # a sum of n terms in another order differs by about sqrt(n) roundings of its partial sums (a 4097-term
+    # sum near zero was once 1.5e-5 off); dropping or doubling a term would still be off by about 1
+    atol = 1e-5 * max(1.0, n**0.5) if name.startswith("sum") else 1e-5
+    assert_close(compiled(fn, x, w, b), fn(x, w, b), atol=atol)
     (kernel,) = reduction_kernels()
     assert torchfuser.last_report().fallbacks == []
     assert "schedule=row_per_item" in kernel.spec

@@ -257,11 +257,10 @@ def _rounded_division(op):
     """floor/trunc division and remainder. On integers eager raises for a zero divisor, which a kernel cannot:
     only constant divisors other than 0 (and -1, whose overflow at the minimum is undefined in C) are taken."""
     def lower(lw: Lowerer, node):
-        dtype = dtype_name(node)
-        divisor = node.args[1]
-        if not is_float(dtype) and (isinstance(divisor, fx.Node) or divisor in (0, -1)):
-            divisor = constant_value(divisor) if isinstance(divisor, fx.Node) else Const(divisor, "int64")
-            if divisor is None or divisor.value in (0, -1):
+        if not is_float(dtype_name(node)):
+            divisor = node.args[1]
+            constant = constant_value(divisor) if isinstance(divisor, fx.Node) else Const(divisor, "int64")
+            if constant is None or constant.value in (0, -1):
                 raise NotLowerable(f"integer {op} by a tensor, 0 or -1 (eager raises for a zero divisor)")
         return _binary(op)(lw, node)
 
