@@ -222,6 +222,7 @@ _CONSTANT = ("a constant made on the host, for readers outside pointwise kernels
              "it reads no data, so it waits for no kernel")
 _NO_KERNEL = {
     aten.full.default: _CONSTANT,
+    aten.full_like.default: _CONSTANT,
     aten.scalar_tensor.default: _CONSTANT,
     aten.gather.default: "gather along a dim: no OpenCL kernel yet (kernels gather embedding rows only)",
     aten.index.Tensor: "advanced indexing: no OpenCL kernel yet (kernels gather embedding rows only)",

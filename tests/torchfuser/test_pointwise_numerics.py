@@ -257,6 +257,17 @@ def test_full_and_scalar_tensor_become_literals_of_their_readers():
     assert "-INFINITY" in "".join(k.source for k in report.kernels)
 
 
+def test_zeros_like_ones_like_and_fill_are_literals_too():
+    def fn(x):  # all three arrive as full_like (fill_ on an empty_like), of x's dtype or another
+        return torch.zeros_like(x) + torch.ones_like(x, dtype=torch.int64) * x + torch.empty_like(x).fill_(-2.5)
+
+    x = torch.randn(4, 5).t()  # non-contiguous: full_like keeps x's strides, the kernel its own
+    actual = compiled(fn)(x)
+    assert_close(actual, fn(x))
+    assert actual.stride() == fn(x).stride()
+    assert torchfuser.last_report().fallbacks == []
+
+
 def test_a_constant_read_only_by_pytorch_stays_a_host_op():
     fn = lambda x: torch.cumsum(torch.full((5,), 0.25), 0) + x  # noqa: E731  (cumsum has no kernel)
     x = torch.randn(5)

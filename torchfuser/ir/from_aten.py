@@ -33,16 +33,18 @@ def dtype_name(node) -> str:
     return DTYPE_NAMES[meta.dtype]
 
 
-CONSTANT_OPS = (aten.scalar_tensor.default, aten.full.default)
+# ops whose every element is one Python number, and where their argument list holds it
+CONSTANT_OPS = {aten.scalar_tensor.default: 0, aten.full.default: 1, aten.full_like.default: 1}
 
 
 def constant_value(node) -> Const | None:
-    """The one value of every element of a scalar_tensor or full node (HF masks fill with finfo.min or
-    -inf this way), at the node's dtype; None for other nodes. Kernels take it as a literal: it is no
-    input, and the host op goes once no reader is left."""
+    """The one value of every element of a scalar_tensor, full or full_like node (HF masks fill with
+    finfo.min or -inf this way; zeros_like, ones_like and fill_ arrive as full_like), at the node's dtype;
+    None for other nodes. Kernels take it as a literal: it is no input, and the host op goes once no reader
+    is left."""
     if not isinstance(node, fx.Node) or node.target not in CONSTANT_OPS:
         return None
-    value = node.args[0] if node.target is aten.scalar_tensor.default else node.args[1]
+    value = node.args[CONSTANT_OPS[node.target]]
     meta = tensor_meta(node)
     if meta is None or meta.dtype not in DTYPE_NAMES or not isinstance(value, (bool, int, float)):
         return None
