@@ -9,7 +9,7 @@ from source with a warning and rewritten.
 An entry holds the program binary, except on drivers that cache source builds themselves (PoCL, NVIDIA):
 there it only records that the kernel was built, and a later process rebuilds from source, which the
 driver answers from its cache. Fetching the binary would cost PoCL a second compile of every kernel
-(a cold GPT-2 block: 18.6 s to first output with binaries, 9.4 s without).
+(a cold GPT-2 block: 18.6 s to its first output with binaries, 10.7 s without).
 """
 
 from __future__ import annotations
