@@ -199,6 +199,8 @@ class ProgramBuilder:
         return self.emit("cast", (value,), dtype)
 
     def build(self, outputs) -> Program:
+        """outputs: value ids, or Consts (a copy of a constant, a one-position arange), computed at every element."""
+        outputs = [self.emit("cast", (v,), v.dtype) if isinstance(v, Const) else v for v in outputs]
         reads = tuple(self.input_reads) if any(self.input_reads) else ()
         return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs), reads)
 

@@ -194,9 +194,7 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node],
             values[(node, ctx)] = reads[(node.args[0], _gather(node, reads[(node.args[1], _INDEX)], in_range))]
         else:
             values[(node, ctx)] = Lowerer(builder, {a: value(a, c) for a, c in operands}).lower(node)
-    results = [values[(n, _context(n, IDENTITY, dim))] for n in outputs]
-    # an output that is a literal (a copy or cat of constants) is still computed, at every element
-    program = builder.build([builder.emit("cast", (v,), v.dtype) if isinstance(v, Const) else v for v in results])
+    program = builder.build([values[(n, _context(n, IDENTITY, dim))] for n in outputs])
     return program, [a for a, _ in reads], dim
 
 
@@ -236,23 +234,21 @@ def _affine(builder: ProgramBuilder, value, scale: int, shift: int):
     return scaled if shift == 0 else builder.emit("add", (scaled, Const(shift, "int64")), "int64")
 
 
-def _arange(builder: ProgramBuilder, node: fx.Node, ctx: tuple) -> int:
+def _arange(builder: ProgramBuilder, node: fx.Node, ctx: tuple) -> int | Const:
     """start + step * (offset + ctx_step * j), exact in int64 (arange_problem admits integer aranges only)."""
     start, _, step = (list(node.args) + [1] * 3)[:3]
     offset, ctx_step = ctx
     j = builder.emit("last_index", (), "int64") if ctx_step else Const(0, "int64")
     value = _affine(builder, _affine(builder, j, ctx_step, offset), step, start)
-    if isinstance(value, Const):  # one position (a broadcast context): still a value the program can output
-        value = builder.emit("cast", (value,), "int64")
     return builder.cast(value, dtype_name(node))
 
 
-def _select(builder: ProgramBuilder, node: fx.Node, ctx: tuple, pieces: list[tuple]) -> int:
+def _select(builder: ProgramBuilder, node: fx.Node, ctx: tuple, pieces: list[tuple]) -> int | Const:
     """where(position < start_1, piece_0, where(position < start_2, piece_1, ...)) at position offset + step*j."""
     dtype = dtype_name(node)
     offset, step = ctx
     if not pieces:  # a zero-size result (every operand empty along dim): no element is ever computed
-        return builder.emit("cast", (Const(0, dtype),), dtype)
+        return Const(0, dtype)
     result = builder.cast(pieces[-1][0], dtype)
     if len(pieces) > 1:
         j = builder.emit("last_index", (), "int64")
