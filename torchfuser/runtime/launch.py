@@ -114,7 +114,8 @@ class CheckedGatherLaunch(PointwiseLaunch):
             indices = inputs[index]
             if call is not None:
                 call.before_host_read([indices])
-            if indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < rows):
+            low, high = torch.aminmax(indices) if indices.numel() else (0, 0)  # one pass over the indices
+            if not (0 <= int(low) and int(high) < rows):
                 raise IndexError(f"index out of range in self (an embedding index is outside [0, {rows}))")
         return inputs
 
