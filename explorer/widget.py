@@ -20,7 +20,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from torchfuser.report_html import render_html, render_text
+from torchfuser.report.html import render_html, render_text
 
 from .programs import Program
 

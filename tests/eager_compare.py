@@ -3,7 +3,7 @@
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torchfuser.capture import DECOMPOSITIONS
+from torchfuser.frontend.lowering import decompositions
 
 
 def assert_close(actual, expected, rtol=1e-4, atol=1e-5):
@@ -12,7 +12,7 @@ def assert_close(actual, expected, rtol=1e-4, atol=1e-5):
 
 def aten_graph(fn, *inputs):
     """The core-ATen graph of fn, traced with the compiler's decompositions."""
-    return make_fx(fn, decomposition_table=DECOMPOSITIONS, tracing_mode="fake")(*inputs)
+    return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake")(*inputs)
 
 
 def call_nodes(gm):

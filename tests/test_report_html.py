@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import report_factory  # noqa: E402
 
-from torchfuser import report_svg  # noqa: E402
-from torchfuser.report_html import render_html, render_text  # noqa: E402
+from torchfuser.report import svg as report_svg  # noqa: E402
+from torchfuser.report.html import render_html, render_text  # noqa: E402
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 needs_dot = pytest.mark.skipif(not report_svg.dot_available(), reason="system Graphviz `dot` not installed")

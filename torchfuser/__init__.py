@@ -11,29 +11,28 @@ TORCHFUSER_CACHE_DIR (kernel binaries), TORCHFUSER_LOG (info | debug).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import logging as _logging
 import os as _os
 
+from torchfuser import ops as _ops  # noqa: F401  (registers torch.ops.torchfuser.*)
 from torchfuser import passes
-from torchfuser.backend import make_backend as _make_backend
-from torchfuser.backend import register as _register_backend
-from torchfuser.backend import torchfuser_backend
-from torchfuser.capture import CaptureError, trace_module
-from torchfuser.compiler import collect_reports
-from torchfuser.compiler import _Session as _session
-from torchfuser.entry import compile, compile_fx, jit
+from torchfuser.api import compile, compile_fx, jit
+from torchfuser.driver import _Session as _session
+from torchfuser.driver import collect_reports
+from torchfuser.frontend.capture import CaptureError, trace_module
+from torchfuser.frontend.dynamo import register as _register_backend
+from torchfuser.frontend.dynamo import torchfuser_backend
 from torchfuser.report import CompileReport
 from torchfuser.runtime.device import DeviceSelectionError
 from torchfuser.runtime.kernel_cache import KERNELS as _kernels
 from torchfuser.runtime.kernel_cache import KernelBuildError
+from torchfuser.version import __version__
 
 if _os.environ.get("TORCHFUSER_LOG"):
     _logging.basicConfig()
     _logging.getLogger("torchfuser").setLevel(_os.environ["TORCHFUSER_LOG"].upper())
 
-last_log: dict = _session.last_log  # counts from the most recent compile (updated in place)
+last_log = _session.last_log  # counts from the most recent compile (updated in place; 0 for what none made)
 
 
 def last_report() -> CompileReport | None:
@@ -52,17 +51,17 @@ def clear_cache(disk: bool = False) -> None:
 
 
 def load_ipython_extension(ipython) -> None:
-    """`%load_ext torchfuser` registers the %%torchfuse cell magic of the explorer."""
+    """`%load_ext torchfuser` registers the %%torchfuse cell magic of the explorer. IPython calls this hook;
+    the explorer (a layer above the compiler) is imported only then."""
     from explorer import load_ipython_extension as _load
 
     _load(ipython)
 
 
 _register_backend()
-from torchfuser import ops as _ops  # noqa: E402,F401  (registers torch.ops.torchfuser.*)
 
 __all__ = [
     "compile", "jit", "trace_module", "compile_fx", "last_log", "last_report", "cache_stats", "clear_cache",
     "collect_reports", "passes", "CompileReport", "CaptureError", "KernelBuildError", "DeviceSelectionError",
-    "torchfuser_backend",
+    "torchfuser_backend", "__version__",
 ]

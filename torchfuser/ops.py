@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from torchfuser.ir.from_aten import NotLowerable  # noqa: F401  (re-exported for error handling)
+from torchfuser import kinds  # noqa: F401  (the kinds these kernels run as)
+from torchfuser.ir.dtypes import TORCH_DTYPES
+from torchfuser.ir.kernels import GemmKernel, PointwiseKernel
 from torchfuser.ir.program import ProgramBuilder, parse_program
-from torchfuser.runtime.gemm_launch import GemmKernel
-from torchfuser.runtime.launch import PointwiseKernel
+from torchfuser.lowering.from_aten import NotLowerable  # noqa: F401  (re-exported for error handling)
 
 ACTIVATIONS = ("none", "relu", "silu", "gelu", "gelu_tanh", "tanh", "sigmoid")
 _kernels: dict = {}
@@ -86,7 +87,5 @@ def pointwise(program: str, inputs: list[torch.Tensor]) -> torch.Tensor:
 @pointwise.register_fake
 def _(program, inputs):
     parsed = parse_program(program)
-    from torchfuser.codegen.pointwise_ops import TORCH_DTYPES
-
     shape = torch.broadcast_shapes(*(t.shape for t in inputs))
     return inputs[0].new_empty(shape, dtype=TORCH_DTYPES[parsed.output_dtypes[0]])

@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("transformers")
 
 from torchfuser.bench import main
-from torchfuser.bench_blocks import block_row, format_blocks
+from torchfuser.tools.bench.blocks import block_row, format_blocks
 
 TINY = {"width": 64, "heads": 2, "kv_heads": 1, "intermediate": 128, "batch": 2, "seq": 8}
 

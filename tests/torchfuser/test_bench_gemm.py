@@ -4,8 +4,8 @@ assertions: these machines are shared and noisy), and the warm-call option of th
 import pytest
 import torch
 
-from torchfuser.bench_gemm import format_gemm, gemm_rows
-from torchfuser.timing import interleaved_medians
+from torchfuser.tools.bench.gemm import format_gemm, gemm_rows
+from torchfuser.runtime.timing import interleaved_medians
 
 
 @pytest.fixture(autouse=True)

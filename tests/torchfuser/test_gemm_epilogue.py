@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 import torchfuser
 import torchfuser.runtime.gemm_launch as gemm_launch
+from torchfuser.runtime.launch import configurations
 from eager_compare import assert_close
 
 ACTIVATIONS = {
@@ -225,7 +226,7 @@ def test_tiled_schedule_over_odd_shapes_weight_layouts_and_batches(gpu, monkeypa
     """Every M, N and K in {1, 7, 127, 769}: tails in every dim; B transposed (a Linear weight) and as it
     is; A row- and column-major; bmm. Bias + GELU + residual through the default tiled variant."""
     from torchfuser.ir.program import ProgramBuilder
-    from torchfuser.runtime.gemm_launch import GemmKernel
+    from torchfuser.ir.kernels import GemmKernel
 
     monkeypatch.setattr(gemm_launch, "TILED_NARROW", gemm_launch.TILED_WIDE)  # one kernel to build, not two
     builder = ProgramBuilder(["float32"] * 3)
@@ -239,7 +240,7 @@ def test_tiled_schedule_over_odd_shapes_weight_layouts_and_batches(gpu, monkeypa
     a, b, residual = torch.randn(3, 33, 40), torch.randn(3, 65, 40).transpose(1, 2), torch.randn(3, 33, 65)
     bias = torch.randn(65)
     assert_close(kernel(a, b, bias, residual), F.gelu(a @ b + bias) + residual, rtol=1e-4, atol=1e-4)
-    assert {(launch.spec.schedule, launch.spec.block_m) for launch in kernel._configs.values()} == {("tiled", 64)}
+    assert {(launch.spec.schedule, launch.spec.block_m) for launch in configurations(kernel)} == {("tiled", 64)}
 
 
 def test_residual_add_and_scale_join_the_epilogue():

@@ -186,23 +186,24 @@ def test_outputs_are_fresh_tensors_every_call():
 
 
 def test_sizes_beyond_32_bits_choose_64_bit_indices():
+    from torchfuser.ir.kernels import PointwiseKernel
     from torchfuser.ir.program import ProgramBuilder
-    from torchfuser.runtime.launch import PointwiseKernel
+    from torchfuser.runtime.launch import configure
 
     builder = ProgramBuilder(["float32"])
     program = builder.build([builder.emit("exp", (0,), "float32")])
     shape = (3, 2**30)
     kernel = PointwiseKernel(program, shape, (2**30, 1), group=0)
     huge = torch.empty(shape, device="meta")
-    assert kernel.configure([huge]).spec.index_type == "long"
+    assert configure(kernel, [huge]).spec.index_type == "long"
     small = PointwiseKernel(program, (5, 7), (7, 1), group=1)
-    assert small.configure([torch.empty(5, 7, device="meta")]).spec.index_type == "int"
+    assert configure(small, [torch.empty(5, 7, device="meta")]).spec.index_type == "int"
 
 
 def test_64_bit_index_kernels_compute_correctly(monkeypatch):
-    import torchfuser.runtime.launch as launch
+    import torchfuser.ir.layout as layout
 
-    monkeypatch.setattr(launch, "INT32_MAX", 1000)  # makes a 5,000-element launch take the 64-bit path
+    monkeypatch.setattr(layout, "INT32_MAX", 1000)  # makes a 5,000-element launch take the 64-bit path
     fn = lambda x, y: torch.sigmoid(x) * y.t()  # noqa: E731
     x, y = torch.randn(50, 100), torch.randn(100, 50)
     assert_close(compiled(fn)(x, y), fn(x, y))

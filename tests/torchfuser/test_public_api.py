@@ -137,10 +137,10 @@ def test_ops_without_kernels_fall_back_and_are_named():
 
 
 def test_a_kernel_that_fails_to_build_falls_back_with_its_build_log(monkeypatch):
-    import torchfuser.runtime.executor as executor
+    import torchfuser.runtime.call as call
 
-    real = executor.kernel_source
-    monkeypatch.setattr(executor, "kernel_source", lambda spec: real(spec).replace("for (", "for ((", 1))
+    real = call.kernel_source
+    monkeypatch.setattr(call, "kernel_source", lambda spec: real(spec).replace("for (", "for ((", 1))
     fn = lambda x: torch.sigmoid(x) * 7 + 0.125  # noqa: E731
     x = torch.randn(100)
     with pytest.warns(RuntimeWarning, match="tf_pointwise"):

@@ -287,7 +287,8 @@ def test_group_per_row_kernel_is_correct_for_any_work_group_size(local_size):
     from torchfuser.codegen import kernel_source
     from torchfuser.ir.reduction import RowReductionBuilder, layer_norm_template
     from torchfuser.runtime.device import get_device
-    from torchfuser.runtime.reduction_launch import ReductionKernel
+    from torchfuser.ir.kernels import ReductionKernel
+    from torchfuser.runtime.launch import configure
 
     device = get_device()
     builder = RowReductionBuilder(["float32", "float32", "float32"])
@@ -296,7 +297,7 @@ def test_group_per_row_kernel_is_correct_for_any_work_group_size(local_size):
     reduction = builder.build(final, [values.element(final)], [values.rows[1], values.rows[2]])
     x, w, b = torch.randn(5, 300), torch.randn(300), torch.randn(300)
     kernel = ReductionKernel(reduction, (5, 300), [(5, 1), (5, 1)], group=0)
-    launch = kernel.configure([x, w, b], "GPU")
+    launch = configure(kernel, [x, w, b], "GPU")
     program = cl.Program(device.context, kernel_source(launch.spec)).build()
     cl_kernel = cl.Kernel(program, launch.spec.kernel_name)
     flags = cl.mem_flags

@@ -32,9 +32,9 @@ def schedule(request, monkeypatch):
     """CPU devices run these kernels a row per work-item; GPUs (and outputs whose last dim is not
     innermost) take the flat schedule, which computes the last-dim position per element."""
     if request.param == "flat":
-        from torchfuser.runtime import row_launch
+        from torchfuser.runtime import pointwise_launch
 
-        monkeypatch.setattr(row_launch, "configure_rows", lambda kernel, inputs, device_type: None)
+        monkeypatch.setattr(pointwise_launch, "configure_rows", lambda kernel, inputs, device_type: None)
     yield request.param
     indexing = [k for k in torchfuser.last_report().kernels if "@last[" in k.spec or "last_index" in k.spec]
     assert indexing and all(("rows=" in k.spec) == (request.param == "rows") for k in indexing)

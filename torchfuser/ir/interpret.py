@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from torchfuser.codegen.pointwise_ops import OPS, TORCH_DTYPES
+from torchfuser.ir.dtypes import TORCH_DTYPES
+from torchfuser.ir.ops import OPS
 from torchfuser.ir.program import Const, Program
 
 

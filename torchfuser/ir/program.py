@@ -21,8 +21,9 @@ import math
 import re
 from dataclasses import dataclass
 
-DTYPES = ("bool", "int32", "int64", "float32", "float64")
-FLOAT_DTYPES = ("float32", "float64")
+from torchfuser.ir.dtypes import DTYPES, FLOAT_DTYPES
+from torchfuser.ir.ops import OPS
+
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,6 @@ def _parse_arg(text: str):
 
 def validate_program(program: Program) -> None:
     """Checks ids, dtypes and op names; raises ValueError naming the first problem."""
-    from torchfuser.codegen.pointwise_ops import OPS  # the op table is the list of known ops
-
     for i, ins in enumerate(program.instrs, start=program.n_inputs):
         if ins.op not in OPS:
             raise ValueError(f"v{i}: unknown op {ins.op!r}; known: {', '.join(sorted(OPS))}")

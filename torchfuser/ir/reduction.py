@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from torchfuser.codegen.pointwise_ops import TORCH_DTYPES
+from torchfuser.ir.dtypes import TORCH_DTYPES
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 

@@ -1,20 +1,38 @@
-"""What every pass shares: the PassResult, node counting, group ids and fused-node bookkeeping."""
+"""What every pass shares: the PassResult, the reasons a pass leaves a node unfused, fused-node bookkeeping."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch.fx as fx
+from torch.fx.passes.infra.pass_base import PassResult as FxPassResult
 from torch.fx.passes.tools_common import stable_topological_sort
 
-from torchfuser.runtime.launch import FusedKernel
+from torchfuser.ir.kernels import FusedKernel
+
+UNFUSED = "torchfuser_unfused"  # node.meta key: {pass name: why the pass left the node to PyTorch}
 
 
-@dataclass
-class PassResult:
-    gm: fx.GraphModule
-    modified: bool
-    stats: dict = field(default_factory=dict)
+class PassResult(FxPassResult):
+    """torch.fx's PassResult (graph_module, modified) with the pass's counts: TorchFuser's passes also run in
+    torch.fx's PassManager, and its passes (PassBase) in TorchFuser's pipeline."""
+
+    def __new__(cls, gm: fx.GraphModule, modified: bool, stats: dict | None = None):
+        result = super().__new__(cls, gm, modified)
+        result.stats = dict(stats or {})
+        return result
+
+    @property
+    def gm(self) -> fx.GraphModule:
+        return self.graph_module
+
+
+def record_unfused(node: fx.Node, by: str, reason: str) -> None:
+    """Say why pass `by` left `node` unfused (inductor's WhyNoFuse): the report's fallback reasons come from
+    here. A new dict each time: graph copies share meta values."""
+    node.meta[UNFUSED] = {**node.meta.get(UNFUSED, {}), by: reason}
+
+
+def unfused_reasons(node: fx.Node) -> dict[str, str]:
+    return dict(node.meta.get(UNFUSED, {}))
 
 
 def count_ops(gm: fx.GraphModule) -> int:

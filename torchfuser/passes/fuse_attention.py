@@ -40,16 +40,17 @@ import operator
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.ir.aten import RESHAPES
+from torchfuser.ir.kernels import AttentionKernel
 from torchfuser.ir.program import Const, ProgramBuilder
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
-from torchfuser.runtime.attention_launch import AttentionKernel
+from torchfuser.lowering.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
 aten = torch.ops.aten
 SDPA_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 SDPA = aten.scaled_dot_product_attention.default
 ATTENTION_OPS = frozenset({SDPA_FLASH, SDPA})
-RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+KEEP = (SDPA_FLASH,)  # decomposed, SDPA is bmm, softmax, a masked-row fix-up and bmm
 SWAP_LAST_TWO = [0, 1, 3, 2]
 
 
@@ -63,6 +64,9 @@ def fuse_attention(gm: fx.GraphModule) -> PassResult:
             continue
         if node.target in ATTENTION_OPS:
             match = _match_sdpa(node)
+            if isinstance(match, str):
+                record_unfused(node, "fuse_attention", match)
+                continue
         elif node.target is aten.bmm.default:
             match = _match_explicit(node)
         else:
@@ -116,17 +120,26 @@ def _broadcasts_to(node, shape) -> bool:
 # ---------------------------------------------------------------- SDPA
 
 
-def _match_sdpa(node: fx.Node) -> _Match | None:
+def handles(node: fx.Node) -> bool:
+    return node.target in ATTENTION_OPS
+
+
+def _match_sdpa(node: fx.Node) -> _Match | str:
+    """The match, or why there is none."""
     q, k, v = node.args[:3]
     flash = node.target is SDPA_FLASH
     dropout = _arg(node, 3, "dropout_p", 0.0) if flash else _arg(node, 4, "dropout_p", 0.0)
     causal = _arg(node, 4, "is_causal", False) if flash else _arg(node, 5, "is_causal", False)
     mask = node.kwargs.get("attn_mask") if flash else _arg(node, 3, "attn_mask")
     scale = node.kwargs.get("scale") if flash else _arg(node, 6, "scale")
-    if dropout or not _float32(q, k, v) or not _shapes_fit(*map(tensor_meta, (q, k, v))):
-        return None
+    if dropout:
+        return "attention with dropout (p > 0)"
+    if not _float32(q, k, v):
+        return "q, k and v are not all float32"
+    if not _shapes_fit(*map(tensor_meta, (q, k, v))):
+        return "q, k and v are not rank 4 with one head dim and at least one key"
     if not flash and tensor_meta(q).shape[1] != tensor_meta(k).shape[1] and not _arg(node, 7, "enable_gqa", False):
-        return None  # eager refuses different head counts without enable_gqa: keep its error
+        return "different head counts without enable_gqa (eager's error is kept)"
     b, h, t, d = tensor_meta(q).shape
     s = tensor_meta(k).shape[2]
     m = _Match()
@@ -135,7 +148,7 @@ def _match_sdpa(node: fx.Node) -> _Match | None:
     if isinstance(mask, fx.Node):
         meta = tensor_meta(mask)
         if meta is None or meta.dtype not in (torch.float32, torch.bool) or not _broadcasts_to(mask, (b, h, t, s)):
-            return None
+            return "a mask that is not float32 or bool, or does not broadcast to [B, H, T, S]"
         m.masks.append(mask)
         builder = ProgramBuilder(["float32", "bool" if meta.dtype == torch.bool else "float32"])
     else:
@@ -150,7 +163,7 @@ def _match_sdpa(node: fx.Node) -> _Match | None:
     if flash:
         items = {u.args[1]: u for u in node.users if u.target is operator.getitem}
         if len(items) != len(node.users) or 0 not in items or not items[0].users:
-            return None
+            return "its results are used other than through their items, or its output is unused"
         m.output = items[0]
         m.lse = items.get(1) if items.get(1) is not None and items[1].users else None
         m.covered += [items[i] for i in sorted(items)]

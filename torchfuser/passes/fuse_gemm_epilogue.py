@@ -21,13 +21,13 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
+from torchfuser.ir.aten import RESHAPES
+from torchfuser.ir.kernels import GemmKernel
 from torchfuser.ir.program import Const, ProgramBuilder
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
-from torchfuser.runtime.gemm_launch import GemmKernel
+from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
 aten = torch.ops.aten
-RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 GEMMS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
 REGION_SCAN = 64  # how far after the GEMM to look for its epilogue ops
 
@@ -41,7 +41,8 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
         if node.op != "call_function" or node.target not in GEMMS:
             continue
         match = _match(node)
-        if match is None:
+        if isinstance(match, str):
+            record_unfused(node, "fuse_gemm_epilogue", match)
             continue
         _rewrite(gm, match, group + fused)
         erased += match.erased
@@ -85,14 +86,19 @@ def _only_user(node: fx.Node) -> fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
-def _match(gemm: fx.Node) -> _Match | None:
+def handles(node: fx.Node) -> bool:
+    return node.target in GEMMS
+
+
+def _match(gemm: fx.Node) -> _Match | str:
+    """The match, or why there is none."""
     metas = [tensor_meta(n) for n in gemm.all_input_nodes] + [tensor_meta(gemm)]
     if any(m is None or m.dtype != torch.float32 for m in metas):
-        return None
+        return "the GEMM kernel takes float32 operands only"
     m = _Match(gemm)
     rank = 3 if m.batched else 2
     if tensor_meta(m.a).dim() != rank or tensor_meta(m.b).dim() != rank:
-        return None
+        return f"operands of rank other than {rank}"
     nxt = _only_user(gemm)
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
     if reshaped and not m.batched:

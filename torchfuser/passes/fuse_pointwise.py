@@ -41,19 +41,42 @@ import operator
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import lowering_problem, tensor_meta
-from torchfuser.ir.region import (
+from torchfuser.ir.kernels import PointwiseKernel
+from torchfuser.lowering.from_aten import CONSTANT_OPS, POINTWISE, lowering_problem, tensor_meta
+from torchfuser.lowering.region import (
     ARANGE, EMBEDDING, INDEX_OPS, arange_problem, cat_operands, embedding_problem, index_dim, index_op_problem,
     indices_in_range, is_index_slice, lower_region,
 )
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
-from torchfuser.runtime.launch import PointwiseKernel
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
+
+aten = torch.ops.aten
+# silu stays one op of a program rather than mul(x, sigmoid(x)): lowering keeps it whole
+KEEP = (aten.silu.default, aten.silu_.default, aten.silu.out)
+# non-elementwise ops that pointwise kernels take, in words for the reasons they were not taken
+_REGION_OPS = {aten.cat.default: ("concatenation", index_op_problem), ARANGE: ("arange", arange_problem),
+               EMBEDDING: ("embedding", embedding_problem)}
+_CONSTANT = ("a constant made on the host, for readers outside pointwise kernels (those take it as a literal); "
+             "it reads no data, so it waits for no kernel")
+_NO_KERNEL = {
+    aten.gather.default: "gather along a dim: no OpenCL kernel yet (kernels gather embedding rows only)",
+    aten.index.Tensor: "advanced indexing: no OpenCL kernel yet (kernels gather embedding rows only)",
+}
+
+
+def handles(node: fx.Node) -> bool:
+    return node.target in POINTWISE or node.target in _REGION_OPS
 
 
 def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     nodes = list(gm.graph.nodes)
     position = {n: i for i, n in enumerate(nodes)}
-    fusible = [n for n in nodes if _fusible(n)]
+    fusible = []
+    for node in nodes:
+        problem = _problem(node)
+        if problem is None:
+            fusible.append(node)
+        elif problem:
+            record_unfused(node, "fuse_pointwise", problem)
     # before any rewrite: the ranges come from the aten nodes that produce the indices
     in_range = frozenset(n for n in fusible if n.target is EMBEDDING and indices_in_range(n))
     pinned: set = set()  # members that must stay in groups of their own shape
@@ -82,14 +105,20 @@ def fuse_pointwise(gm: fx.GraphModule) -> PassResult:
     })
 
 
-def _fusible(node: fx.Node) -> bool:
-    if node.target is torch.ops.aten.cat.default:
-        return index_op_problem(node) is None
-    if node.target is ARANGE:
-        return arange_problem(node) is None
-    if node.target is EMBEDDING:
-        return embedding_problem(node) is None
-    return lowering_problem(node) is None
+def _problem(node: fx.Node) -> str | None:
+    """None for a node this pass can put in a kernel, else why not ("" for nodes that are not its business)."""
+    if node.target in _REGION_OPS:
+        what, problem = _REGION_OPS[node.target]
+        why = problem(node)
+        return None if why is None else f"{what}, not fused: {why}"
+    if node.target in CONSTANT_OPS:
+        return _CONSTANT
+    if node.target in _NO_KERNEL:
+        return _NO_KERNEL[node.target]
+    if node.target not in POINTWISE:
+        return ""
+    why = lowering_problem(node)
+    return None if why is None else f"elementwise, but not lowerable: {why}"
 
 
 def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict, dict]:
@@ -100,7 +129,7 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
     for node in fusible:
         merged = {node}
         shape = tuple(tensor_meta(node).shape)
-        reindexes = node.target is torch.ops.aten.cat.default
+        reindexes = node.target is aten.cat.default
         producers = {} if node.target is EMBEDDING else _producer_groups(node, group_of)  # it starts a group
         for group in sorted(producers, key=lambda g: min(position[n] for n in g)):
             via = producers[group]
@@ -118,7 +147,7 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
 def _producer_groups(node: fx.Node, group_of: dict) -> dict[frozenset, set]:
     """The groups node reads from, each with the slices it reads them through (often none)."""
     found: dict[frozenset, set] = {}
-    for arg in cat_operands(node) if node.target is torch.ops.aten.cat.default else node.all_input_nodes:
+    for arg in cat_operands(node) if node.target is aten.cat.default else node.all_input_nodes:
         via = set()
         while arg not in group_of and is_index_slice(arg):
             via.add(arg)

@@ -32,13 +32,13 @@ import operator
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.ir.kernels import ReductionKernel
 from torchfuser.ir.program import ProgramBuilder
 from torchfuser.ir.reduction import (
     RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template, variance_row,
 )
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id
-from torchfuser.runtime.reduction_launch import ReductionKernel
+from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
 aten = torch.ops.aten
 
@@ -64,6 +64,9 @@ def fuse_reductions(gm: fx.GraphModule) -> PassResult:
         if node.op != "call_function" or node.target not in REDUCTION_OPS or node in claimed:
             continue
         match = _match(gm, node, claimed)
+        if isinstance(match, str):
+            record_unfused(node, "fuse_reductions", match)
+            continue
         if match is None:
             continue
         _rewrite(gm, match, group + fused)
@@ -147,9 +150,15 @@ class _Match:
         return self.level.get(node) == "element" or self.results.get(node) == ("element",)
 
 
-def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | None:
-    if unfused_reason(anchor) is not None:
-        return None
+def handles(node: fx.Node) -> bool:
+    return node.target in REDUCTION_OPS
+
+
+def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | str | None:
+    """The match; or why there is none; or None when nothing reads the result (dead code, not ours)."""
+    reason = unfused_reason(anchor)
+    if reason is not None:
+        return reason
     m = _Match(anchor)
     if m.kind == "layer_norm":
         for user in anchor.users:
@@ -160,25 +169,12 @@ def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | None:
     for node in m.results:
         meta = tensor_meta(node)
         if meta is None or not meta.is_contiguous():
-            return None  # outputs are written contiguous
+            return "a result the graph expects in a layout other than contiguous (kernels write rows contiguously)"
     _grow_prologue(m, claimed)
     _grow_epilogue(gm, m, claimed)
     if not any(_used_outside(m, node) for node in m.members):
-        return None  # nothing reads the result: dead code, not ours
+        return None
     return m
-
-
-def _lowerable(node: fx.Node) -> bool:
-    if node.op != "call_function" or node.target not in POINTWISE or tensor_meta(node) is None:
-        return False
-    builder = ProgramBuilder()
-    try:
-        values = {i: builder.add_input(dtype_name(i)) for i in node.all_input_nodes}
-        Lowerer(builder, values).lower(node)
-        dtype_name(node)
-    except NotLowerable:
-        return False
-    return all(tensor_meta(i) is not None for i in node.all_input_nodes)
 
 
 def _broadcasts_to(node: fx.Node, shape: tuple) -> bool:
@@ -200,7 +196,7 @@ def _grow_prologue(m: _Match, claimed: set) -> None:
         seen.add(node)
         inside = m.prologue | {m.anchor}
         meta = tensor_meta(node)
-        if (node in claimed or not _lowerable(node) or tuple(meta.shape) != m.shape
+        if (node in claimed or lowering_problem(node) is not None or tuple(meta.shape) != m.shape
                 or any(u not in inside for u in node.users)):
             continue
         m.prologue.add(node)
@@ -236,7 +232,7 @@ def _epilogue_level(m: _Match, node: fx.Node, members: set) -> str | None:
         reduced = node.args[0]
         ok = unfused_reason(node) is None and m.is_element_level(reduced) and len(inputs) == 1
         return "reduce" if ok and tuple(tensor_meta(reduced).shape) == m.shape else None
-    if not _lowerable(node):
+    if lowering_problem(node) is not None:
         return None
     if shape == m.shape and all(
         m.is_element_level(i) or (m.is_row_level(i) and tuple(tensor_meta(i).shape) == m.row_shapes[1])

@@ -5,7 +5,8 @@ memory devices also the host BLAS + OpenCL epilogue) on random inputs with the g
 against the PyTorch reference, and keeps the fastest that is right. A tiled (GPU) variant whose work-group
 or local memory exceeds the device's limits is rejected with the reason, not run. Choices live in
 $TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
-warning. TORCHFUSER_AUTOTUNE=0 takes the heuristic choice without a search.
+warning. The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up), "max" (every GEMM: mode="max-autotune")
+or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option): the heuristic choice, no search.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import warnings
 
 import torch
 
+from torchfuser.ir.kernels import GemmKernel
 from torchfuser.runtime import gemm_launch
-from torchfuser.runtime.gemm_launch import GemmKernel, GemmVariant, candidate_variants, default_variant
+from torchfuser.runtime.call import Call
+from torchfuser.runtime.gemm_launch import GemmVariant, candidate_variants, default_variant, gemm_state, launch_for
 from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
-from torchfuser.timing import SETTLE_SECONDS
+from torchfuser.runtime.timing import SETTLE_SECONDS
 
 DB_VERSION = 3  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
 # whichever candidate ran first after the host BLAS (its choices were biased by OpenMP's spinning threads)
@@ -38,8 +41,12 @@ PROGRESS_AFTER_SECONDS = 1.0
 SEARCH_MIN_FLOPS = 2.5e8
 
 
-def autotune_enabled() -> bool:
-    return os.environ.get("TORCHFUSER_AUTOTUNE", "1") != "0"
+SEARCHES = ("off", "default", "max")  # no search; GEMMs of SEARCH_MIN_FLOPS and up; every GEMM
+
+
+def default_search() -> str:
+    """TORCHFUSER_AUTOTUNE=0 turns the search off where no option says otherwise."""
+    return "off" if os.environ.get("TORCHFUSER_AUTOTUNE", "1") == "0" else "default"
 
 
 def tuning_key(kernel: GemmKernel, inputs) -> str:
@@ -85,31 +92,37 @@ class TuningDatabase:
             warnings.warn(f"torchfuser: could not write the tuning database: {error}", RuntimeWarning, stacklevel=3)
 
 
-def tune_gemm(runtime, kernel: GemmKernel, inputs) -> dict:
-    """Choose the variant for these (fake or real) inputs; sets kernel.choices and returns the record."""
+def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) -> dict | None:
+    """Choose the variant for these (fake or real) inputs; sets the node's choice and returns the record.
+    search: "off", "default" or "max" (None: default_search()). Empty GEMMs need no choice (None)."""
+    if not (inputs[0].numel() and inputs[1].numel()):
+        return None
+    search = search or default_search()
+    if search not in SEARCHES:
+        raise ValueError(f"autotune search must be one of {SEARCHES}, got {search!r}")
     device = runtime.device
-    kernel.limits = gemm_launch.device_limits(device)
+    state = gemm_state(kernel)
+    state.limits = gemm_launch.device_limits(device)
     shape_key = kernel.shape_key(inputs)
     flops = 2 * inputs[0].numel() * inputs[1].shape[-1]
     record = None
-    if autotune_enabled():
+    if search != "off":
         database, key = TuningDatabase(), tuning_key(kernel, inputs)
         record = database.get(device.identity, key)
         if record is not None:
             record = {**record, "source": "tuning database"}
-        elif flops >= SEARCH_MIN_FLOPS:
+        elif flops >= SEARCH_MIN_FLOPS or search == "max":
             from torch._subclasses.fake_tensor import unset_fake_temporarily
 
             with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
-        why = f"{flops:.0f} FLOP: too small to tune" if autotune_enabled() else "TORCHFUSER_AUTOTUNE=0"
-        variant, misfit_note = gemm_launch.fitted(default_variant(device.type_name, inputs[1].shape[-1]), kernel.limits)
+        why = f"{flops:.0f} FLOP: too small to tune" if search != "off" else "autotuning is off"
+        variant, misfit_note = gemm_launch.fitted(default_variant(device.type_name, inputs[1].shape[-1]), state.limits)
         record = {"winner": variant.name, "candidates": {},
                   "source": f"heuristic ({why}{f'; {misfit_note}' if misfit_note else ''})"}
-    kernel.choices[shape_key] = GemmVariant.parse(record["winner"])
-    kernel.tuning[shape_key] = record
+    state.choices[shape_key] = GemmVariant.parse(record["winner"])
     return record
 
 
@@ -127,6 +140,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     m, k, n = inputs[0].shape[0], inputs[0].shape[1], inputs[1].shape[1]
     expected = kernel.reference(*inputs)
     candidates = candidate_variants(runtime.device)
+    state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()
     live = sys.stderr.isatty()
@@ -137,11 +151,11 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
 
     for step, variant in enumerate(candidates, start=1):
         progress(f"building [{step}/{len(candidates)}] {variant.name}")
-        why = gemm_launch.misfit(variant, kernel.limits)
+        why = gemm_launch.misfit(variant, state.limits)
         if why:
             rejected[variant.name] = f"does not fit the device: {why}"
             continue
-        launch = kernel.launch_for(variant, inputs)
+        launch = launch_for(kernel, variant, inputs)
         try:
             built, _ = runtime.build(launch.spec)
         except KernelBuildError as error:
@@ -186,9 +200,7 @@ def _winner(times: dict) -> str:
 
 
 def _timed_call(runtime, kernel: GemmKernel, launch, inputs) -> tuple[torch.Tensor, float]:
-    from torchfuser.runtime.executor import _Call
-
-    call = _Call(runtime)
+    call = Call(runtime)
     started = time.perf_counter()
     out = call.run_launch(launch, kernel, list(inputs))
     call.sync()

@@ -1,4 +1,4 @@
-"""The GEMM graph target: schedule choice, weight pre-packing and launch arguments.
+"""GEMM launches: schedule choice, weight pre-packing and launch arguments.
 
 On CPU devices the packed schedule runs: B (usually a weight viewed as its transpose) is packed once into
 [N/tile_n][K][tile_n] panels and the packed copy is reused while the tensor it was made from is the same
@@ -17,14 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from torchfuser.codegen.gemm import tiled_local_floats
-from torchfuser.codegen.pointwise_ops import DTYPE_NAMES, TORCH_DTYPES
-from torchfuser.ir.interpret import run_program
-from torchfuser.ir.program import Program
-from torchfuser.ir.specs import GemmSpec
-from torchfuser.runtime.launch import (
-    INT32_MAX, FusedKernel, Launch, PointwiseKernel, PointwiseLaunch, broadcast_strides, extent,
-)
+from torchfuser.codegen.opencl.gemm import tiled_local_floats
+from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
+from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
+from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.launch import Launch
+from torchfuser.runtime.pointwise_launch import PointwiseLaunch, configure_pointwise
 
 logger = logging.getLogger("torchfuser")
 
@@ -194,73 +193,70 @@ def _extra_layout(strides) -> str:
     return "row" if strides[1] == 1 else "bcast" if strides[1] == 0 else "strided"  # by the n stride
 
 
-class GemmKernel(FusedKernel):
-    """out[(batch,) M, N] = epilogue(a @ b, *extras): mm or bmm, extras broadcast to the output."""
+class GemmState:
+    """What the runtime keeps per GEMM node: its packed weights, the variant chosen per shape (by the
+    autotuner, whose choices already fit the device) and the device's limits (None until known)."""
 
-    kind = "gemm"
-
-    def __init__(self, epilogue: Program, group: int):
-        super().__init__(group)
-        self.epilogue = epilogue
+    def __init__(self):
         self.packer = PackedWeights()
-        self.choices: dict[tuple, GemmVariant] = {}  # shape key -> variant (from the autotuner)
-        self.tuning: dict[tuple, dict] = {}  # shape key -> what the autotuner measured, for the report
-        self.limits: DeviceLimits | None = None  # the device's, set by the autotuner (None: not yet known)
+        self.choices: dict[tuple, GemmVariant] = {}
+        self.limits: DeviceLimits | None = None
 
-    def reference(self, a, b, *extras):
-        acc = torch.matmul(a, b)
-        return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
-    @staticmethod
-    def shape_key(inputs) -> tuple:
-        return (tuple(inputs[0].shape), tuple(inputs[1].shape))
+_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def _configure(self, inputs, device_type) -> Launch:
-        variant = self.choices.get(self.shape_key(inputs))  # the autotuner's choices already fit the device
-        if variant is None:
-            variant = default_variant(device_type, inputs[1].shape[-1])
-            if variant.schedule == "tiled":
-                if self.limits is None:  # never tuned (a manual op): the device run_single uses
-                    from torchfuser.runtime.device import get_device
 
-                    self.limits = device_limits(get_device())
-                variant, why = fitted(variant, self.limits)
-                if why:
-                    logger.info("torchfuser: %s: %s", self.__name__, why)
-        return self.launch_for(variant, inputs)
+def gemm_state(kernel: GemmKernel) -> GemmState:
+    state = _states.get(kernel)
+    if state is None:
+        state = _states[kernel] = GemmState()
+    return state
 
-    def launch_for(self, variant: GemmVariant, inputs) -> Launch:
-        a, b, *extras = inputs
-        batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
-        out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
-        if variant.schedule == "extern":
-            return ExternGemmLaunch.create(self, a, b, extras, out_shape)
-        # every operand as (m, n, batch) strides; a plain mm is one batch with batch strides 0
-        extra_strides = [_mnb(broadcast_strides(out_shape, e), a.dim()) for e in extras]
-        reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
-        index_type = "int" if reach <= INT32_MAX else "long"
-        layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
-        packed, tiled = variant.schedule == "packed", variant.schedule == "tiled"
-        spec = GemmSpec(DTYPE_NAMES[a.dtype], self.epilogue, index_type, variant.tile_m, variant.tile_n,
-                        variant.schedule, layouts, variant.k_block if packed or tiled else 0,
-                        variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
-                        variant.block_n if tiled else 0)
-        panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
-        if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
-            grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
-        elif tiled:  # a group per block of C; the kernel requires exactly this group shape
-            gx, gy = variant.group_shape
-            grid, local = (-(-n // spec.block_n) * gx, -(-m // spec.block_m) * gy, batch), (gx, gy, 1)
-        else:  # groups of a few row tiles share a B panel
-            grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
-        a_strides = _mnb(a.stride(), a.dim())
-        b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
-        out = (out_shape, tuple(torch.empty(out_shape, device="meta").stride()),
-               TORCH_DTYPES[self.epilogue.output_dtypes[0]])
-        launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
-                            empty=batch * m * n == 0, local_size=local)
-        launch.packer = self.packer
-        return launch
+
+def configure_gemm(kernel: GemmKernel, inputs, device_type: str) -> Launch:
+    state = gemm_state(kernel)
+    variant = state.choices.get(kernel.shape_key(inputs))
+    if variant is None:
+        variant = default_variant(device_type, inputs[1].shape[-1])
+        if variant.schedule == "tiled":
+            if state.limits is None:  # never tuned (a manual op): the device run_single uses
+                state.limits = device_limits(get_device())
+            variant, why = fitted(variant, state.limits)
+            if why:
+                logger.info("torchfuser: %s: %s", kernel.__name__, why)
+    return launch_for(kernel, variant, inputs)
+
+
+def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
+    a, b, *extras = inputs
+    batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
+    out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
+    if variant.schedule == "extern":
+        return ExternGemmLaunch.create(kernel, a, b, extras, out_shape)
+    # every operand as (m, n, batch) strides; a plain mm is one batch with batch strides 0
+    extra_strides = [_mnb(broadcast_strides(out_shape, e), a.dim()) for e in extras]
+    reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
+    layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
+    packed, tiled = variant.schedule == "packed", variant.schedule == "tiled"
+    spec = GemmSpec(DTYPE_NAMES[a.dtype], kernel.epilogue, index_type_for(reach), variant.tile_m, variant.tile_n,
+                    variant.schedule, layouts, variant.k_block if packed or tiled else 0,
+                    variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
+                    variant.block_n if tiled else 0)
+    panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
+    if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
+        grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
+    elif tiled:  # a group per block of C; the kernel requires exactly this group shape
+        gx, gy = variant.group_shape
+        grid, local = (-(-n // spec.block_n) * gx, -(-m // spec.block_m) * gy, batch), (gx, gy, 1)
+    else:  # groups of a few row tiles share a B panel
+        grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
+    a_strides = _mnb(a.stride(), a.dim())
+    b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
+    out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
+    launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
+                        empty=batch * m * n == 0, local_size=local)
+    launch.packer = gemm_state(kernel).packer
+    return launch
 
 
 def _batch(t) -> int:
@@ -280,7 +276,7 @@ class ExternGemmLaunch(PointwiseLaunch):
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternGemmLaunch":
         accumulator = torch.empty(out_shape, dtype=torch.float32, device="meta")
         epilogue = PointwiseKernel(gemm.epilogue, out_shape, accumulator.stride(), gemm.group)
-        return cls(**vars(epilogue.configure([accumulator, *extras])))
+        return cls(**vars(configure_pointwise(epilogue, [accumulator, *extras], "CPU")))
 
     def prepare(self, inputs, call=None):
         a, b, *extras = inputs
@@ -292,3 +288,17 @@ class ExternGemmLaunch(PointwiseLaunch):
                        else torch.empty(shape, dtype=torch.float32))  # the arena's pages are already mapped
         torch.matmul(a, b, out=accumulator)
         return [accumulator, *extras]
+
+
+def gemm_transforms(launch: Launch, inputs) -> list[str]:
+    """One-time constant transforms a GEMM launch relies on, in words, for the report."""
+    spec = launch.spec
+    if getattr(spec, "schedule", None) == "packed":
+        *batch, k, n = inputs[1].shape
+        panels, copies = -(-n // spec.tile_n), (batch or [1])[0]
+        return [f"B [{'x'.join(map(str, inputs[1].shape))}] packed into {copies * panels} panels of "
+                f"[{k}x{spec.tile_n}] ({copies * panels * k * spec.tile_n * 4 / 2**20:.1f} MiB), "
+                "once per weight version (per call when B is an activation)"]
+    if isinstance(launch, ExternGemmLaunch):
+        return ["A @ B by the host BLAS (torch.mm) into a zero-copy buffer; this kernel is the epilogue"]
+    return []

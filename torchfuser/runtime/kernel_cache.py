@@ -25,6 +25,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchfuser.version import __version__
+
 logger = logging.getLogger("torchfuser")
 
 BUILD_OPTIONS = ""  # strict IEEE: no fast-math, so results match eager
@@ -56,8 +58,6 @@ def cache_dir() -> Path:
 
 
 def cache_key(source: str, device_identity: str) -> str:
-    from torchfuser import __version__
-
     text = "\0".join([__version__, device_identity, BUILD_OPTIONS, source])
     return hashlib.sha256(text.encode()).hexdigest()
 

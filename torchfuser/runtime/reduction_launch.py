@@ -1,4 +1,4 @@
-"""The row-reduction graph target: schedule by device type, load layouts, launch arguments.
+"""Row-reduction launches: schedule by device type, load layouts, launch arguments.
 
 Rows are the last dim of `row_shape`; every load is broadcast to it and read through its own strides (the
 outer dims collapse like a pointwise kernel's). Outputs are contiguous: element outputs shaped like the
@@ -13,12 +13,10 @@ import math
 
 import numpy as np
 
-from torchfuser.codegen.pointwise_ops import TORCH_DTYPES
-from torchfuser.ir.reduction import RowReduction, run_row_reduction
-from torchfuser.ir.specs import GROUP_PER_ROW, ROW_PER_ITEM, ReductionSpec
-from torchfuser.runtime.launch import (
-    INT32_MAX, VECTOR_WIDTHS, FusedKernel, Launch, _collapse, _contiguous_strides, broadcast_strides, extent,
-)
+from torchfuser.ir.dtypes import TORCH_DTYPES
+from torchfuser.ir.kernels.reduction import GROUP_PER_ROW, ROW_PER_ITEM, ReductionKernel, ReductionSpec
+from torchfuser.ir.layout import broadcast_strides, collapse, contiguous_strides, extent, index_type_for
+from torchfuser.runtime.launch import VECTOR_WIDTHS, Launch
 
 GROUP_SIZES = (32, 256)  # a work-group per row: at least a warp, at most what most GPUs give freely
 
@@ -52,48 +50,32 @@ def group_size_for(n: int) -> int:
     return min(GROUP_SIZES[1], max(GROUP_SIZES[0], 1 << max(n - 1, 0).bit_length()))
 
 
-class ReductionKernel(FusedKernel):
-    """outs = element outputs (row_shape) + row outputs (their own shapes, one value per row)."""
-
-    kind = "reduction"
-
-    def __init__(self, reduction: RowReduction, row_shape, row_output_shapes, group: int):
-        super().__init__(group)
-        self.reduction = reduction
-        self.row_shape = tuple(row_shape)
-        self.row_output_shapes = [tuple(s) for s in row_output_shapes]
-
-    def reference(self, *loads):
-        elements, rows = run_row_reduction(self.reduction, list(loads), self.row_shape)
-        outs = elements + [r.reshape(shape) for r, shape in zip(rows, self.row_output_shapes)]
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def _configure(self, inputs, device_type) -> Launch:
-        shape = self.row_shape
-        n = shape[-1]
-        rows = math.prod(shape[:-1])
-        strides = [broadcast_strides(shape, t) for t in inputs]
-        dims = _collapse(list(shape[:-1]), [st[:-1] for st in strides])
-        sizes = [s for s, _ in dims]
-        outer = [[st[k] for _, st in dims] for k in range(len(inputs))]
-        layouts = tuple(_row_layout(st[-1], n) for st in strides)
-        reach = max([rows * n] + [extent(t) for t in inputs])
-        index_type = "int" if reach <= INT32_MAX else "long"
-        if device_type == "CPU":
-            width = VECTOR_WIDTHS.get(self.reduction.stages[0].acc_dtype, 1) if self.reduction.stages else 1
-            spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, ROW_PER_ITEM, vector_width=width)
-            local = cpu_rows_per_group(rows)
-            global_size, local_size = (-(-max(rows, 1) // local) * local,), (local,)
-        else:
-            group = group_size_for(n)
-            spec = ReductionSpec(self.reduction, layouts, len(sizes), index_type, GROUP_PER_ROW, 1, group)
-            global_size, local_size = (max(rows, 1) * group,), (group,)
-        outputs = [(shape, tuple(_contiguous_strides(shape)), TORCH_DTYPES[d])
-                   for d in self.reduction.element_output_dtypes]
-        outputs += [(s, tuple(_contiguous_strides(s)), TORCH_DTYPES[d])
-                    for s, d in zip(self.row_output_shapes, self.reduction.row_output_dtypes)]
-        empty = rows == 0 or (n == 0 and not self.reduction.row_outputs)
-        launch = ReductionLaunch(spec, global_size, outputs, [rows, n, *sizes], empty=empty)
-        launch.local_size = local_size
-        launch.load_strides = [(o, st[-1]) for o, st in zip(outer, strides)]
-        return launch
+def configure_reduction(kernel: ReductionKernel, inputs, device_type: str) -> ReductionLaunch:
+    shape = kernel.row_shape
+    n = shape[-1]
+    rows = math.prod(shape[:-1])
+    strides = [broadcast_strides(shape, t) for t in inputs]
+    dims = collapse(list(shape[:-1]), [st[:-1] for st in strides])
+    sizes = [s for s, _ in dims]
+    outer = [[st[k] for _, st in dims] for k in range(len(inputs))]
+    layouts = tuple(_row_layout(st[-1], n) for st in strides)
+    reach = max([rows * n] + [extent(t) for t in inputs])
+    index_type = index_type_for(reach)
+    if device_type == "CPU":
+        width = VECTOR_WIDTHS.get(kernel.reduction.stages[0].acc_dtype, 1) if kernel.reduction.stages else 1
+        spec = ReductionSpec(kernel.reduction, layouts, len(sizes), index_type, ROW_PER_ITEM, vector_width=width)
+        local = cpu_rows_per_group(rows)
+        global_size, local_size = (-(-max(rows, 1) // local) * local,), (local,)
+    else:
+        group = group_size_for(n)
+        spec = ReductionSpec(kernel.reduction, layouts, len(sizes), index_type, GROUP_PER_ROW, 1, group)
+        global_size, local_size = (max(rows, 1) * group,), (group,)
+    outputs = [(shape, tuple(contiguous_strides(shape)), TORCH_DTYPES[d])
+               for d in kernel.reduction.element_output_dtypes]
+    outputs += [(s, tuple(contiguous_strides(s)), TORCH_DTYPES[d])
+                for s, d in zip(kernel.row_output_shapes, kernel.reduction.row_output_dtypes)]
+    empty = rows == 0 or (n == 0 and not kernel.reduction.row_outputs)
+    launch = ReductionLaunch(spec, global_size, outputs, [rows, n, *sizes], empty=empty)
+    launch.local_size = local_size
+    launch.load_strides = [(o, st[-1]) for o, st in zip(outer, strides)]
+    return launch

@@ -1,5 +1,5 @@
 /**
- * Types for the explorer bundle and the CompileReport (torchfuser/report_schema.md,
+ * Types for the explorer bundle and the CompileReport (torchfuser/report/schema.md,
  * schema_version 1). Every string here may come from user code: render as text only.
  */
 

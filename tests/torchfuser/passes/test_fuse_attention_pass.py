@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from eager_compare import aten_graph, assert_close, call_nodes as ops
 from torchfuser.passes import PIPELINE
 from torchfuser.passes.fuse_attention import fuse_attention
-from torchfuser.runtime.attention_launch import AttentionKernel
+from torchfuser.ir.kernels import AttentionKernel
 
 
 def bert_attention(q, k, v, mask):

@@ -6,7 +6,7 @@ import torch
 from eager_compare import aten_graph, call_nodes as ops
 from torchfuser.ir.program import LastDimRead, parse_program
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
-from torchfuser.runtime.launch import PointwiseKernel
+from torchfuser.ir.kernels import PointwiseKernel
 
 aten = torch.ops.aten
 

@@ -7,7 +7,7 @@ from eager_compare import aten_graph, assert_close, call_nodes as ops
 from torchfuser.passes import PIPELINE
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
 from torchfuser.passes.fuse_reductions import fuse_reductions
-from torchfuser.runtime.reduction_launch import ReductionKernel
+from torchfuser.ir.kernels import ReductionKernel
 
 
 def masked_softmax(x, mask):

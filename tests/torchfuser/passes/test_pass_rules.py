@@ -7,12 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from eager_compare import aten_graph, call_nodes as ops
+from torch.fx.passes.infra.pass_base import PassBase
+from torch.fx.passes.infra.pass_base import PassResult as FxPassResult
+from torch.fx.passes.infra.pass_manager import PassManager
 from torchfuser.passes import PIPELINE, PassResult, register_pass, run_pipeline, unregister_pass
 from torchfuser.passes.eliminate_dead_code import eliminate_dead_code
 from torchfuser.passes.fuse_gemm_epilogue import fuse_gemm_epilogue
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
-from torchfuser.runtime.gemm_launch import GemmKernel
-from torchfuser.runtime.launch import FusedKernel, PointwiseKernel
+from torchfuser.report.snapshot import GraphSnapshots
+from torchfuser.ir.kernels import GemmKernel
+from torchfuser.ir.kernels import FusedKernel, PointwiseKernel
 
 
 def chain(x, y):
@@ -84,7 +88,8 @@ def test_eliminate_dead_code_removes_unused_nodes():
 
 def test_pipeline_records_every_pass_with_snapshots_and_counts():
     x, w1, b1, w2 = torch.randn(2, 3, 16), torch.randn(32, 16), torch.randn(32), torch.randn(8, 32)
-    gm, records = run_pipeline(aten_graph(mlp, x, w1, b1, w2), disable=["eliminate_dead_code"])
+    gm, records = run_pipeline(aten_graph(mlp, x, w1, b1, w2), disable=["eliminate_dead_code"],
+                               instruments=[GraphSnapshots()])
     assert [r.name for r in records] == PIPELINE
     by_name = {r.name: r for r in records}
     assert not by_name["eliminate_dead_code"].enabled and by_name["eliminate_dead_code"].graph_before is None
@@ -95,6 +100,51 @@ def test_pipeline_records_every_pass_with_snapshots_and_counts():
     assert {n["group"] for n in after_kernels} == {0, 1}
     assert before_groups["gelu"] == before_groups["addmm"]  # fused together: one colour before and after
     assert 'class="jp-torchfuser-kernel"' in gemm.graph_after["dot"]
+
+
+def test_the_runner_renders_nothing_itself_and_instruments_see_every_enabled_pass():
+    seen = []
+
+    class Recorder:
+        def before_pass(self, record, gm):
+            seen.append(("before", record.name, len(ops(gm))))
+
+        def after_pass(self, record, gm):
+            seen.append(("after", record.name, len(ops(gm))))
+
+    gm = aten_graph(chain, *torch.randn(2, 4))
+    _, records = run_pipeline(gm, disable=["fuse_attention"], instruments=[Recorder()])
+    assert all(r.graph_before is None and r.graph_after is None for r in records)
+    enabled = [name for name in PIPELINE if name != "fuse_attention"]
+    assert [name for when, name, _ in seen if when == "before"] == enabled
+    pointwise = [count for _, name, count in seen if name == "fuse_pointwise"]
+    assert pointwise[0] > pointwise[1] == 1  # the chain became one kernel between before and after
+
+
+def test_an_fx_pass_base_runs_in_the_pipeline_and_ours_in_fx_pass_manager():
+    class ReluToNeg(PassBase):  # a torch.fx pass: modifies in place, returns torch.fx's PassResult
+        def call(self, gm):
+            hits = [n for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default]
+            for node in hits:
+                node.target = torch.ops.aten.neg.default
+            gm.recompile()
+            return FxPassResult(gm, bool(hits))
+
+    def fn(x):
+        return torch.relu(x) * 2
+
+    x = torch.randn(8)
+    register_pass("relu_to_neg", ReluToNeg(), after="fuse_attention")
+    try:
+        gm, records = run_pipeline(aten_graph(fn, x))
+        record = next(r for r in records if r.name == "relu_to_neg")
+        assert record.enabled and record.modified
+        torch.testing.assert_close(gm(x), -x * 2)
+    finally:
+        unregister_pass("relu_to_neg")
+    result = PassManager(passes=[fuse_pointwise])(aten_graph(fn, x))  # ours, driven by torch.fx
+    assert result.modified and isinstance(result, FxPassResult)
+    torch.testing.assert_close(result.graph_module(x), fn(x))
 
 
 def test_unknown_pass_names_are_refused():

@@ -12,7 +12,8 @@ import torch.nn as nn
 
 import torchfuser
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.executor import KERNEL, Runtime
+from torchfuser.runtime.executor import KERNEL
+from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")

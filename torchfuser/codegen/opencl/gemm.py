@@ -1,0 +1,279 @@
+"""GemmSpec → OpenCL C: register-blocked GEMMs with the epilogue program applied before the store.
+
+Every schedule gives each work-item a tile_m × tile_n block of C accumulated in registers over K. Tail rows
+clamp their loads to a valid row (tiled: load zeros) and skip their stores.
+- strided: A and B read through their strides (a transposed weight costs no copy); any device.
+- packed (CPU): B pre-packed into [N/tile_n][K][tile_n] panels so each k step is tile_n/16 contiguous
+  float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). K is
+  blocked so a slice of the panel stays in L1 while a stack of row tiles passes over it (the BLIS loop
+  order). The epilogue runs on float16 vectors when the program allows it, else element by element.
+- tiled (GPU): a work-group per block of C; A and B tiles staged through local memory, zero-filled past
+  the edges, each work-item's register tile read from there (tiled_gemm_source).
+"""
+
+from __future__ import annotations
+
+from torchfuser.codegen.opencl.op_c import C_TYPES
+from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vectorisable
+from torchfuser.ir.kernels import GemmSpec
+
+
+def gemm_source(spec: GemmSpec) -> str:
+    sources = {"packed": packed_gemm_source, "tiled": tiled_gemm_source}
+    return sources.get(spec.schedule, strided_gemm_source)(spec)
+
+
+def _extra_params(spec: GemmSpec) -> list[str]:
+    idx = spec.index_type
+    return [
+        f"__global const {C_TYPES[spec.epilogue.input_dtypes[e]]}* restrict E{e}, const {idx} offE{e}, "
+        f"const {idx} sE{e}m, const {idx} sE{e}n, const {idx} sE{e}b"
+        for e in range(1, spec.epilogue.n_inputs)
+    ]
+
+
+def _batch_prologue(spec: GemmSpec, b_name: str) -> str:
+    """Move every pointer to this work-item's batch (get_global_id(2); a plain mm has one batch)."""
+    idx = spec.index_type
+    moves = [f"const {idx} bi = get_global_id(2);", "A += bi * sab;", f"{b_name} += bi * sbb;", "C += bi * M * N;"]
+    moves += [f"E{e} += bi * sE{e}b;" for e in range(1, spec.epilogue.n_inputs)]
+    return " ".join(moves)
+
+
+def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
+    """Statements computing the epilogue at (m, n) from the scalar accumulator `acc`; result in `r`."""
+    loads = [
+        f"const {C_TYPES[spec.epilogue.input_dtypes[e]]} e{e} = E{e}[offE{e} + m * sE{e}m + n * sE{e}n];"
+        for e in range(1, spec.epilogue.n_inputs)
+    ]
+    body, (result,) = program_statements(spec.epilogue, [acc] + [f"e{e}" for e in range(1, spec.epilogue.n_inputs)])
+    return loads + body + [f"const float r = {result};"]
+
+
+def packed_gemm_source(spec: GemmSpec) -> str:
+    """Each work-item owns row_blocks tiles of tile_m x tile_n, stacked along M, over one B panel. K runs in
+    blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
+    of the stack passes over it, partial sums going through C between blocks (they are float32, as C is).
+    The last panel of a ragged N has no room for partial sums in C, so it takes K in one block."""
+    idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
+    vectors = tn // 16
+    vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
+    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
+              "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
+    rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;" for i in range(tm))
+    # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
+    start = "\n      ".join(
+        f"float16 {acc[i][v]} = k0 == 0 ? (float16)0.0f : vload16(0, C + min(m0 + {i}, M - 1) * N + n0 + {16 * v});"
+        for i in range(tm) for v in range(vectors))
+    load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
+    fmas = "\n        ".join(
+        f"{{ const float16 a = (float16)(a{i}[k * sak]); "
+        + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
+        for i in range(tm))
+    partial = "\n      ".join(
+        f"if (m0 + {i} < M) {{ " + " ".join(f"vstore16({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {16 * v});"
+                                          for v in range(vectors)) + " }"
+        for i in range(tm))
+    finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
+    whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
+    k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
+__kernel void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  const {idx} nb = get_global_id(0);
+  const {idx} n0 = nb * {tn};
+  const {idx} stack0 = ({idx})get_global_id(1) * {tm * spec.row_blocks};
+  if (stack0 >= M) return;
+  {_batch_prologue(spec, "Bp")}
+  __global const float* panel = Bp + nb * K * {tn};
+  const {idx} kc = {k_step};
+  for ({idx} k0 = 0; k0 == 0 || k0 < K; k0 += kc) {{
+    const {idx} kend = min(K, k0 + kc);
+    for (int s = 0; s < {spec.row_blocks}; ++s) {{
+      const {idx} m0 = stack0 + s * {tm};
+      if (m0 >= M) break;
+      {rows}
+      {start}
+      __global const float* bk = panel + k0 * {tn};
+      for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{
+        {load_b}
+        {fmas}
+      }}
+      if (kend < K) {{
+      {partial}
+      }} else {{
+      {finish}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
+    """Epilogue and store of tile row i: float16 at a time on full panels, element by element on the tail."""
+    tn = spec.tile_n
+    full_tile = []
+    for v, value in enumerate(acc):
+        loads = []
+        for e, layout in enumerate(spec.extra_layouts, start=1):
+            c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
+            where = f"offE{e} + m * sE{e}m"
+            loads.append(f"const float16 e{e}_{v} = " + (
+                f"vload16(0, E{e} + {where} + n0 + {16 * v});" if layout == "row" else f"(float16)(({c_type})E{e}[{where}]);"
+            ))
+        body, (result,) = program_statements(
+            spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
+            prefix=f"w{i}_{v}_", width=16,
+        )
+        full_tile += loads + body + [f"vstore16({result}, 0, C + m * N + n0 + {16 * v});"]
+    spill = " ".join(f"vstore16({value}, {v}, tile);" for v, value in enumerate(acc))
+    tail = " ".join(_scalar_epilogue(spec, "tile[j]") + ["C[m * N + n] = r;"])
+    vector_branch = f"if (n0 + {tn} <= N) {{ {' '.join(full_tile)} }} else " if vector_epilogue else ""
+    return (f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {vector_branch}"
+            f"{{ float tile[{tn}]; {spill} for (int j = 0; j < {tn} && n0 + j < N; ++j) "
+            f"{{ const {spec.index_type} n = n0 + j; {tail} }} }} }}")
+
+
+def strided_gemm_source(spec: GemmSpec) -> str:
+    idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
+    epilogue = spec.epilogue
+    params = [
+        f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+        f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn, const {idx} sbb",
+    ]
+    params += _extra_params(spec)
+    params += ["__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    store = "\n        ".join(_scalar_epilogue(spec, "acc[i][j]") + ["C[m * N + n] = r;"])
+    return f"""{PREAMBLE}{helpers_for([epilogue])}
+__kernel void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  const {idx} n0 = ({idx})get_global_id(0) * {tn};
+  const {idx} m0 = ({idx})get_global_id(1) * {tm};
+  if (m0 >= M || n0 >= N) return;
+  {_batch_prologue(spec, "B")}
+  {idx} arow[{tm}], bcol[{tn}];
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i) arow[i] = offA + (m0 + i < M ? m0 + i : M - 1) * sam;
+  #pragma unroll
+  for (int j = 0; j < {tn}; ++j) bcol[j] = offB + (n0 + j < N ? n0 + j : N - 1) * sbn;
+  float acc[{tm}][{tn}];
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) acc[i][j] = 0.0f;
+  for ({idx} k = 0; k < K; ++k) {{
+    float a[{tm}], b[{tn}];
+    #pragma unroll
+    for (int i = 0; i < {tm}; ++i) a[i] = A[arow[i] + k * sak];
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) b[j] = B[bcol[j] + k * sbk];
+    #pragma unroll
+    for (int i = 0; i < {tm}; ++i)
+      #pragma unroll
+      for (int j = 0; j < {tn}; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+  }}
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i) {{
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) {{
+      const {idx} m = m0 + i, n = n0 + j;
+      if (m < M && n < N) {{
+        {store}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def tiled_local_floats(block_m: int, block_n: int, k_block: int) -> int:
+    """Local memory of a tiled kernel, in floats: the A and B tiles, each row padded by one."""
+    return k_block * (block_m + 1) + k_block * (block_n + 1)
+
+
+def tiled_gemm_source(spec: GemmSpec) -> str:
+    """The GPU schedule. A work-group of (block_n / tile_n) x (block_m / tile_m) items computes a
+    block_m x block_n block of C. Per k_block-deep step the group loads a block_m x k_block tile of A and a
+    k_block x block_n tile of B into local memory (through their strides, zero past M, N and K), waits at a
+    barrier, and each item accumulates its tile_m x tile_n outputs from there. An item's rows and columns
+    are strided by the group's height and width, so neighbouring items read neighbouring local words (no
+    bank conflicts) and store neighbouring columns of C (coalesced). The epilogue runs in registers."""
+    idx, tm, tn, bk = spec.index_type, spec.tile_m, spec.tile_n, spec.k_block
+    bm, bn = spec.block_m, spec.block_n
+    gx, gy = bn // tn, bm // tm  # the work-group's width (along N) and height (along M)
+    items = gx * gy
+    params = [
+        f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+        f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn, const {idx} sbb",
+        *_extra_params(spec), "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K",
+    ]
+    store = "\n          ".join(_scalar_epilogue(spec, "acc[i][j]") + ["C[m * N + n] = r;"])
+
+    def tile_load(rows: int, cols: int, fast_cols: str, local: str, value: str) -> str:
+        """Items spread over a rows x cols tile, consecutive items along the operand's contiguous dim."""
+        passes, ragged = -(-rows * cols // items), (rows * cols) % items
+        guard = f"if (l < {rows * cols}) " if ragged else ""
+        return (f"#pragma unroll\n    for (int p = 0; p < {passes}; ++p) {{\n"
+                f"      const int l = lid + p * {items};\n"
+                f"      const int r = {fast_cols} ? l / {cols} : l % {rows};\n"
+                f"      const int c = {fast_cols} ? l % {cols} : l / {rows};\n"
+                f"      {guard}{local} = {value};\n    }}")
+
+    # A tile: r along M, c along K, stored k-major; B tile: r along K, c along N. +1 pads break bank strides.
+    load_a = tile_load(bm, bk, "a_k_fast", "As[c][r]",
+                       "m0 + r < M && k0 + c < K ? A[offA + (m0 + r) * sam + (k0 + c) * sak] : 0.0f")
+    load_b = tile_load(bk, bn, "b_n_fast", "Bs[r][c]",
+                       "k0 + r < K && n0 + c < N ? B[offB + (k0 + r) * sbk + (n0 + c) * sbn] : 0.0f")
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue])}
+__kernel __attribute__((reqd_work_group_size({gx}, {gy}, 1)))
+void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  __local float As[{bk}][{bm + 1}];
+  __local float Bs[{bk}][{bn + 1}];
+  const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * {gx} + tx;
+  const {idx} n0 = ({idx})get_group_id(0) * {bn};
+  const {idx} m0 = ({idx})get_group_id(1) * {bm};
+  {_batch_prologue(spec, "B")}
+  // no early return: every item of the group must reach the barriers
+  const int a_k_fast = sak <= sam, b_n_fast = sbn <= sbk;
+  float acc[{tm}][{tn}];
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) acc[i][j] = 0.0f;
+  for ({idx} k0 = 0; k0 < K; k0 += {bk}) {{
+    {load_a}
+    {load_b}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
+    for (int kk = 0; kk < {bk}; ++kk) {{
+      float a[{tm}], b[{tn}];
+      #pragma unroll
+      for (int i = 0; i < {tm}; ++i) a[i] = As[kk][ty + i * {gy}];
+      #pragma unroll
+      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * {gx}];
+      #pragma unroll
+      for (int i = 0; i < {tm}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {tn}; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);  // the next step overwrites the tiles
+  }}
+  #pragma unroll
+  for (int i = 0; i < {tm}; ++i) {{
+    #pragma unroll
+    for (int j = 0; j < {tn}; ++j) {{
+      const {idx} m = m0 + ty + i * {gy}, n = n0 + tx + j * {gx};
+      if (m < M && n < N) {{
+          {store}
+      }}
+    }}
+  }}
+}}
+"""

@@ -1,0 +1,44 @@
+"""SSA program → OpenCL C statements. Shared by pointwise kernels and GEMM epilogues."""
+
+from __future__ import annotations
+
+from torchfuser.codegen.opencl.op_c import VECTOR_SAFE, c_expression, helpers_c, vector_type
+from torchfuser.ir.program import Const, Program
+
+PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+
+
+def const_c(const: Const, width: int = 1) -> str:
+    """An exact C literal: hex floats (C99), INFINITY/NAN, cast to the operand's (vector) type."""
+    return f"(({vector_type(const.dtype, width)}){const.exact_text()})"
+
+
+def program_statements(program: Program, input_names: list[str], prefix: str = "v", width: int = 1):
+    """C declarations computing every instruction; returns (lines, C names of the outputs)."""
+    names = list(input_names)
+    lines = []
+    for i, ins in enumerate(program.instrs, start=program.n_inputs):
+        operands = [const_c(a, width) if isinstance(a, Const) else names[a] for a in ins.args]
+        name = f"{prefix}{i}"
+        expression = c_expression(ins.op, operands, ins.dtype, width)
+        lines.append(f"const {vector_type(ins.dtype, width)} {name} = {expression};")
+        names.append(name)
+    return lines, [names[v] for v in program.outputs]
+
+
+def vectorisable(program: Program) -> bool:
+    """All values of one floating type and every op valid on vector types."""
+    dtypes = set(program.input_dtypes) | {ins.dtype for ins in program.instrs}
+    return len(dtypes) == 1 and dtypes <= {"float32", "float64"} and all(
+        ins.op in VECTOR_SAFE for ins in program.instrs
+    )
+
+
+def helpers_for(programs, width: int = 1) -> str:
+    """The helper functions (erf, NaN-propagating max, ...) that these programs' C types need."""
+    scalars = set()
+    for program in programs:
+        dtypes = set(program.input_dtypes) | {ins.dtype for ins in program.instrs}
+        scalars |= {"float" for d in dtypes if d == "float32"} | {"double" for d in dtypes if d == "float64"}
+    widths = (1, width) if width > 1 else (1,)
+    return "".join(helpers_c(s, w) for s in ("float", "double") if s in scalars for w in widths)

@@ -1,0 +1,170 @@
+"""The compiler driver: aten graph → passes → kernels → plan, with its CompileReport.
+
+`compile_aten_graph` is what every way in ends in (the Dynamo backend, `compile`, `compile_fx`). It knows no
+pass and no kind of kernel by name: passes come from the pipeline, what each kind needs at compile time
+(tuning, transforms) from its registry entry, and why a node runs in PyTorch from what the passes recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+import operator
+import time
+import warnings
+
+import torch.fx as fx
+
+from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
+from torchfuser.ir.aten import VIEW_OPS
+from torchfuser.ir.kernels import FusedKernel, kind_of
+from torchfuser.options import Options
+from torchfuser.passes import run_pipeline
+from torchfuser.passes.base import unfused_reasons
+from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
+from torchfuser.report.memory import peak_intermediate_bytes
+from torchfuser.report.snapshot import GraphSnapshots, mark_fused_groups, snapshot_graph, target_name
+from torchfuser.runtime.call import Runtime
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.executor import Plan
+from torchfuser.runtime.kernel_cache import KernelBuildError
+from torchfuser.runtime.launch import configure
+
+NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
+
+
+class _Session:
+    """The most recent report and the open `collect_reports()` lists."""
+
+    last_report: CompileReport | None = None
+    last_log: Counter = Counter()  # counts are 0 where no pass made them (a disabled pass)
+    collectors: list[list] = []
+
+
+def publish(report: CompileReport) -> None:
+    """The report becomes `last_report()`; `last_log` gets every pass's counts and the kernel totals."""
+    _Session.last_report = report
+    _Session.last_log.clear()
+    for record in report.passes:
+        _Session.last_log.update({k: v for k, v in record.stats.items() if not k.startswith("nodes_")
+                                  and isinstance(v, (int, float))})
+    _Session.last_log.update(kernels=len(report.kernels), fallbacks=len(report.fallbacks))
+    for collector in _Session.collectors:
+        collector.append(report)
+
+
+@contextlib.contextmanager
+def collect_reports():
+    """`with torchfuser.collect_reports() as reports:` gathers every CompileReport made inside."""
+    reports: list[CompileReport] = []
+    _Session.collectors.append(reports)
+    try:
+        yield reports
+    finally:
+        _Session.collectors.remove(reports)
+
+
+class CompiledGraph:
+    """A compiled aten graph: call it like the graph (positional tensors in, graph outputs out)."""
+
+    def __init__(self, plan: Plan, report: CompileReport):
+        self.plan, self.report = plan, report
+
+    def __call__(self, *args):
+        return self.plan.run(args)
+
+
+def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", captured: dict | None = None,
+                       started: float | None = None) -> CompiledGraph:
+    started = started if started is not None else time.perf_counter()
+    lowered = time.perf_counter()
+    cl_device = get_device(options.device)
+    aten_graph = snapshot_graph(gm)
+    eager_peak = peak_intermediate_bytes(gm)
+    gm, records = run_pipeline(gm, options.disable, instruments=[GraphSnapshots()])
+    mark_fused_groups(aten_graph, gm)  # the aten graph shows where every final kernel came from
+    passes_done = time.perf_counter()
+    runtime = Runtime.for_device(cl_device) if cl_device is not None else None
+    plan = Plan(gm, runtime, fallback_nodes={})
+    report = CompileReport(title=title, device=cl_device.describe() if cl_device else None,
+                           graphs={"captured": captured, "aten": aten_graph}, passes=records, plan=plan)
+    build_seconds = _prepare_kernels(gm, plan, report, options)
+    report.fallbacks += _fallbacks(gm)
+    report.timings.update(
+        lower_seconds=lowered - started,
+        passes_seconds=sum(p.seconds for p in records),
+        build_seconds=build_seconds,
+        compile_seconds=time.perf_counter() - started,
+        codegen_seconds=time.perf_counter() - passes_done - build_seconds,
+    )
+    report.memory = {"peak_intermediate_bytes": peak_intermediate_bytes(gm), "eager_peak_intermediate_bytes": eager_peak}
+    publish(report)
+    return CompiledGraph(plan, report)
+
+
+def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, options: Options) -> float:
+    """Tune, generate and build every fused node's kernel for the example layouts; returns build seconds."""
+    total = 0.0
+    for node in gm.graph.nodes:
+        target = node.target
+        if not isinstance(target, FusedKernel):
+            continue
+        if plan.runtime is None:
+            _fall_back(plan, report, node, "no OpenCL device: runs in PyTorch")
+            continue
+        kind = kind_of(target)
+        fake_inputs = [a.meta["val"] for a in node.args]
+        try:
+            tuning = kind.tune(plan.runtime, target, fake_inputs, options.autotune) if kind.tune else None
+            launch = configure(target, fake_inputs, plan.runtime.device.type_name)
+            if launch.empty:
+                continue
+            built, status = plan.runtime.build(launch.spec)
+        except KernelBuildError as error:
+            _fall_back(plan, report, node, f"OpenCL build failed: {error.log.strip()[:2000]}")
+            warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch", RuntimeWarning, stacklevel=2)
+            continue
+        plan.built[launch.spec] = built
+        seconds = built.build_seconds if status != "hit" else 0.0
+        total += seconds
+        report.kernels.append(KernelEntry(
+            name=launch.spec.kernel_name, node=node.name, kind=target.kind, group=target.group,
+            cache_key=built.key, source=built.source, cache=status, build_seconds=seconds,
+            spec=launch.spec.key_text(), nodes=list(node.meta.get("torchfuser_covers", [])),
+            sources=_dedup([provenance(s) for s in node.meta.get("torchfuser_sources", [])]), tuning=tuning,
+            transforms=kind.transforms(launch, fake_inputs) if kind.transforms else [],
+        ))
+    return total
+
+
+def _fall_back(plan: Plan, report: CompileReport, node: fx.Node, reason: str) -> None:
+    plan.fallback_nodes[node.name] = reason
+    report.fallbacks.append(FallbackEntry(node.target.__name__, node.name, reason, **_where(node)))
+
+
+def _where(node) -> dict:
+    info = provenance(node.meta)
+    return {k: info[k] for k in ("module", "file", "line", "code")}
+
+
+def _dedup(items: list[dict]) -> list[dict]:
+    seen, unique = set(), []
+    for item in items:
+        key = tuple(sorted(item.items()))
+        if key not in seen and (item["module"] or item["file"]):
+            seen.add(key)
+            unique.append(item)
+    return unique
+
+
+def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:
+    """Every op left to PyTorch, with what the passes said about it."""
+    entries = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or isinstance(node.target, FusedKernel):
+            continue
+        if node.target is operator.getitem or node.target in VIEW_OPS:
+            continue  # views and tuple access read no data: nothing to fuse
+        reason = "; ".join(unfused_reasons(node).values()) or NO_KERNEL
+        entries.append(FallbackEntry(target_name(node), node.name, reason, **_where(node)))
+    return entries

@@ -1,0 +1,16 @@
+"""Facts about ATen ops that every layer reads: which ops only make views, which only reshape."""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+# Ops that only make a new view of existing data: they read nothing, so they need no sync.
+VIEW_OPS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.t.default, aten.permute.default,
+    aten.transpose.int, aten.expand.default, aten.slice.Tensor, aten.select.int, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.as_strided.default, aten.alias.default,
+    aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
+})
+RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)

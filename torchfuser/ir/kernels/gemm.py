@@ -1,0 +1,93 @@
+"""GEMM kernels: C = epilogue(A @ B, extras...), mm or bmm, with an SSA epilogue applied in registers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torchfuser.ir.interpret import run_program
+from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.program import Program
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """C[M,N] = epilogue(A[M,K] @ B[K,N], extra...) with arbitrary strides on A, B and the extras.
+
+    The epilogue is an SSA program whose input 0 is the fp32 accumulator and whose further inputs are
+    extra tensors indexed at (m, n) through their own strides (0 for a broadcast dim, e.g. a bias).
+    """
+
+    dtype: str
+    epilogue: Program
+    index_type: str = "int"
+    tile_m: int = 4
+    tile_n: int = 8
+    # "strided": A and B read through their strides (any device). "packed": B pre-packed into
+    # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe). "tiled": a
+    # work-group per block_m x block_n block of C, A and B staged through local memory (the GPU recipe).
+    schedule: str = "strided"
+    extra_layouts: tuple[str, ...] = ()  # packed: per extra input "row" (n-contiguous), "bcast" or "strided"
+    k_block: int = 0  # packed: K in blocks of this many (0: all of K at once); tiled: depth of a local tile
+    row_blocks: int = 1  # packed: row tiles per work-item, each passing over the same K block of the panel
+    block_m: int = 0  # tiled: rows of C per work-group (block_m / tile_m work-items along M)
+    block_n: int = 0  # tiled: columns of C per work-group (block_n / tile_n work-items along N)
+
+    kind = "gemm"
+
+    def __post_init__(self):
+        if self.dtype != "float32":
+            raise ValueError("the GEMM template supports float32")
+        if self.schedule not in ("strided", "packed", "tiled"):
+            raise ValueError("schedule is 'strided', 'packed' or 'tiled'")
+        tiled = self.schedule == "tiled"
+        if tiled and not (self.k_block > 0 and self.block_m > 0 and self.block_n > 0
+                          and self.block_m % self.tile_m == 0 and self.block_n % self.tile_n == 0):
+            raise ValueError("tiled GEMM: k_block > 0 and blocks that are whole multiples of the item tile")
+        if not tiled and (self.block_m or self.block_n):
+            raise ValueError("block_m and block_n belong to the tiled schedule")
+        if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
+            raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
+        if self.k_block < 0 or self.row_blocks < 1:
+            raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
+        if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
+            raise ValueError("epilogue input 0 is the accumulator")
+        if len(self.epilogue.outputs) != 1:
+            raise ValueError("a GEMM epilogue has exactly one output")
+
+    @property
+    def n_extra(self) -> int:
+        return self.epilogue.n_inputs - 1
+
+    def key_text(self) -> str:
+        return (
+            f"gemm dtype={self.dtype} index={self.index_type} tile={self.tile_m}x{self.tile_n} "
+            f"schedule={self.schedule} extras={','.join(self.extra_layouts)} "
+            f"k_block={self.k_block} row_blocks={self.row_blocks}"
+            # only tiled specs carry blocks: the other schedules' key texts stay what they were
+            f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}\n"
+            f"{self.epilogue.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return spec_name("gemm", self.key_text())
+
+
+class GemmKernel(FusedKernel):
+    """out[(batch,) M, N] = epilogue(a @ b, *extras): mm or bmm, extras broadcast to the output."""
+
+    kind = "gemm"
+
+    def __init__(self, epilogue: Program, group: int):
+        super().__init__(group)
+        self.epilogue = epilogue
+
+    def reference(self, a, b, *extras):
+        acc = torch.matmul(a, b)
+        return run_program(self.epilogue, [acc, *extras])[0].contiguous()
+
+    @staticmethod
+    def shape_key(inputs) -> tuple:
+        return (tuple(inputs[0].shape), tuple(inputs[1].shape))

@@ -1,0 +1,120 @@
+"""Pointwise kernels: an SSA program computed at every element of one output shape.
+
+`PointwiseSpec` says which kernel to generate: the program, each input's layout after collapsing dims,
+the index type and the schedule (scalar items, vectors, or rows for programs that index the last dim).
+Sizes and strides are kernel arguments, so one kernel serves many shapes. `key_text()` is the exact text
+the cache key hashes; float constants appear in it as hex floats through `Program.text()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torchfuser.ir.interpret import run_program
+from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.layout import is_dense, strides_in_order
+from torchfuser.ir.program import Program
+
+# Per-input layouts of a pointwise launch, after permuting to the output's memory order and collapsing dims.
+CONTIGUOUS = "contig"  # element i of the iteration space is element i of the input
+SCALAR = "scalar"  # one element broadcast everywhere
+STRIDED = "strided"  # general strides over the collapsed dims
+ROW = "row"  # 2-D iteration [R, C], the input is one row broadcast down (a bias): element i % C
+COLUMN = "col"  # 2-D iteration [R, C], one column broadcast across (a per-row scale): element i / C
+LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED, ROW, COLUMN)
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class PointwiseSpec:
+    program: Program
+    layouts: tuple[str, ...]  # one per program input
+    ndim: int  # dims of the collapsed iteration space (strided inputs index with it)
+    index_type: str = "int"  # "int" or "long": long when sizes or offsets need 64 bits
+    items_per_thread: int = 16  # scalar path: consecutive elements per work-item
+    vector_width: int = 1  # > 1: the contiguous fast path, one OpenCL vector per work-item
+    # > 0: the row schedule (codegen/pointwise_rows.py) for programs that index the last dim: one row of
+    # this many elements along the output's last dim per work-item; layouts and ndim then describe the
+    # outer dims (SCALAR or STRIDED) and every input also gets its last-dim stride
+    row_length: int = 0
+
+    kind = "pointwise"
+
+    def __post_init__(self):
+        if len(self.layouts) != self.program.n_inputs:
+            raise ValueError("one layout per program input")
+        if any(layout not in LAYOUTS for layout in self.layouts):
+            raise ValueError(f"layouts must be among {LAYOUTS}")
+        if self.index_type not in ("int", "long"):
+            raise ValueError("index_type is 'int' or 'long'")
+        if self.vector_width > 1 and (STRIDED in self.layouts or self.program.indexes_last_dim):
+            raise ValueError("the vector path needs contiguous or scalar inputs read at the element")
+        if self.row_length and (self.vector_width > 1 or set(self.layouts) - {SCALAR, STRIDED}):
+            raise ValueError("the row schedule takes scalar or strided outer layouts, no vectors")
+
+    @property
+    def elements_per_item(self) -> int:
+        return self.vector_width if self.vector_width > 1 else self.items_per_thread
+
+    def key_text(self) -> str:
+        return (
+            f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
+            f"items={self.items_per_thread} vector={self.vector_width}"
+            f"{f' rows={self.row_length}' if self.row_length else ''}\n{self.program.text()}"
+        )
+
+    @property
+    def kernel_name(self) -> str:
+        return spec_name("pointwise", self.key_text())
+
+
+class PointwiseKernel(FusedKernel):
+    """`index_dim`: the output dim (counted from the end) that the program's last-dim reads and `last_index`
+    mean (the dim its cats and slices run along). The kernel computes in a frame where that dim is last:
+    inputs and output are permuted views there (strides only), so one program and one codegen serve every
+    dim; out_shape and order are in that frame."""
+
+    kind = "pointwise"
+
+    def __init__(self, program: Program, out_shape, out_stride, group: int, index_dim: int = -1):
+        super().__init__(group)
+        self.program = program
+        rank = len(out_shape)
+        moved = rank + index_dim
+        self.frame = [d for d in range(rank) if d != moved] + [moved] if 0 <= moved < rank - 1 else None
+        self.out_shape, out_stride = self._permute(out_shape), self._permute(out_stride)
+        # iterate in the output's memory order (outermost first), as TensorIterator does
+        order = sorted(range(len(out_shape)), key=lambda d: -out_stride[d]) if out_stride else []
+        self.order = order if is_dense(self.out_shape, out_stride, order) else list(range(len(out_shape)))
+
+    def _permute(self, dims) -> tuple:
+        return tuple(dims[d] for d in self.frame) if self.frame else tuple(dims)
+
+    def unpermute(self, dims) -> tuple:
+        if not self.frame:
+            return tuple(dims)
+        out = [0] * len(dims)
+        for k, d in enumerate(self.frame):
+            out[d] = dims[k]
+        return tuple(out)
+
+    def in_frame(self, t):
+        """t as the program sees it: broadcast up to the output's rank, the indexed dim last (a view)."""
+        if not self.frame:
+            return t
+        return t.reshape((1,) * (len(self.frame) - t.dim()) + tuple(t.shape)).permute(self.frame)
+
+    def reference(self, *inputs):
+        outs = run_program(self.program, [self.in_frame(t) for t in inputs], self.out_shape)
+        shape, stride = self.unpermute(self.out_shape), self.unpermute(strides_in_order(self.out_shape, self.order))
+        outs = [torch.empty_strided(shape, stride, dtype=o.dtype).copy_(self._unpermute_view(o)) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _unpermute_view(self, t):
+        t = torch.broadcast_to(t, self.out_shape)
+        return t.permute(self.unpermute(range(t.dim()))) if self.frame else t

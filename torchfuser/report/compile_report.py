@@ -1,0 +1,142 @@
+"""CompileReport: what one compile did, as versioned JSON (see schema.md) and static HTML.
+
+The report is the only thing the explorer reads. It is filled by the compiler (passes, kernels, fallbacks,
+compile timings) and stays live: launch counts and profiled kernel times come from the running plan each
+time `to_dict()` is called.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from torchfuser.report.html import render_html
+from torchfuser.report.snapshot import module_path, source_location
+from torchfuser.version import __version__
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class KernelEntry:
+    name: str  # the OpenCL kernel's name (derived from its spec)
+    node: str  # the fused node in the final graph
+    kind: str
+    group: int
+    cache_key: str
+    source: str
+    cache: str  # hit | miss | disk
+    build_seconds: float
+    spec: str
+    nodes: list[str]
+    sources: list[dict]
+    tuning: dict | None = None  # GEMMs: {"winner", "candidates": {variant: seconds}, "source"}
+    transforms: list[str] = field(default_factory=list)  # one-time constant transforms (weight packing)
+
+
+@dataclass
+class FallbackEntry:
+    op: str
+    node: str
+    reason: str
+    module: str = ""
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+
+
+@dataclass
+class CompileReport:
+    title: str
+    device: dict | None
+    graphs: dict = field(default_factory=dict)
+    passes: list = field(default_factory=list)  # PassRecord
+    kernels: list[KernelEntry] = field(default_factory=list)
+    fallbacks: list[FallbackEntry] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)  # peak intermediate bytes, fused and eager
+    plan: object = None  # the running Plan: live launch counts and kernel times
+
+    def record_timing(self, eager_seconds: float | None = None, compiled_seconds: float | None = None) -> None:
+        """Record measured medians (explorer, bench); speedup = eager / compiled."""
+        if eager_seconds is not None:
+            self.timings["eager_seconds"] = float(eager_seconds)
+        if compiled_seconds is not None:
+            self.timings["compiled_seconds"] = float(compiled_seconds)
+        eager, compiled = self.timings.get("eager_seconds"), self.timings.get("compiled_seconds")
+        self.timings["speedup"] = eager / compiled if eager and compiled else None
+
+    def kernel_seconds(self) -> dict[str, tuple[int, float | None]]:
+        """fused node name -> (launches, mean profiled seconds per launch)."""
+        stats = getattr(self.plan, "stats", {}) or {}
+        return {
+            name: (s.launches, s.seconds / s.profiled if s.profiled else None) for name, s in stats.items()
+        }
+
+    def to_dict(self) -> dict:
+        live = self.kernel_seconds()
+        kernels = []
+        for k in self.kernels:
+            launches, mean = live.get(k.node, (0, None))
+            kernels.append({
+                "name": k.name, "node": k.node, "kind": k.kind, "group": k.group, "cache_key": k.cache_key,
+                "source": k.source, "cache": k.cache, "build_seconds": k.build_seconds,
+                "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
+                "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
+                "tuning": k.tuning, "transforms": list(k.transforms),
+            })
+        timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
+        timings["calls"] = getattr(self.plan, "calls", 0)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "torchfuser_version": __version__,
+            "title": self.title,
+            "device": self.device,
+            "graphs": dict(self.graphs),
+            "passes": [
+                {
+                    "name": p.name, "enabled": p.enabled, "modified": p.modified, "seconds": p.seconds,
+                    "stats": dict(p.stats), "graph_before": p.graph_before, "graph_after": p.graph_after,
+                }
+                for p in self.passes
+            ],
+            "kernels": kernels,
+            "fallbacks": [vars(f).copy() for f in self.fallbacks],
+            "timings": timings,
+            "memory": dict(self.memory),
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def to_html(self) -> str:
+        return render_html([self.to_dict()], title=self.title)
+
+    def summary(self) -> str:
+        """Plain text: each pass with its counts, each kernel with cache status, time and what it fuses,
+        and what runs in PyTorch."""
+        lines = [f"{self.title}"]
+        for p in self.passes:
+            stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
+            nodes = f"{p.stats['nodes_before']}->{p.stats['nodes_after']}" if "nodes_before" in p.stats else ""
+            lines.append(f"    {p.name:<22} {'on ' if p.enabled else 'off'} {nodes:>9}  {stats}")
+        lines.append(f"    {'kernel':<28}{'kind':<11}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
+        live = self.kernel_seconds()
+        for k in self.kernels:
+            launches, mean = live.get(k.node, (0, None))
+            mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
+            lines.append(f"    {k.name:<28}{k.kind:<11}{k.cache:<7}{launches:>9}{mean_text:>10}  {', '.join(k.nodes)}")
+        lines += [f"    PyTorch: {f.op} ({f.reason})" for f in self.fallbacks]
+        if self.memory:
+            lines.append(f"    peak intermediate memory {self.memory['peak_intermediate_bytes'] / 2**20:.2f} MiB "
+                         f"(eager {self.memory['eager_peak_intermediate_bytes'] / 2**20:.2f} MiB)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"
+
+
+def provenance(meta: dict) -> dict:
+    """module / file / line / code of a node's meta, as report fields."""
+    module, module_type = module_path(meta.get("nn_module_stack"))
+    return {"module": module, "module_type": module_type, **source_location(meta.get("stack_trace"))}

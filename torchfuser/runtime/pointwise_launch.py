@@ -1,0 +1,162 @@
+"""Pointwise launches: from a PointwiseKernel and its inputs' layouts to the spec and kernel arguments.
+
+Inputs are read broadcast to the output through their strides; dims collapse where every operand walks
+them contiguously, and each input then takes the cheapest layout (contiguous, scalar, a row or column
+broadcast in 2-D, or general strides). The flat schedule gives each work-item consecutive elements, a
+vector of them where the program allows. Programs that index the last dim (cat / slice along it) take the
+row schedule on CPU devices when the output's last dim is innermost in memory: each work-item computes one
+whole row (codegen/opencl/pointwise_rows.py), and each input also passes its stride along the last dim (0
+where it broadcasts). Otherwise (GPUs: neighbouring work-items should touch neighbouring elements; or
+another output layout) the flat schedule runs, computing jlast per element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from torchfuser.codegen.opencl.program_c import vectorisable
+from torchfuser.ir.dtypes import TORCH_DTYPES
+from torchfuser.ir.kernels.pointwise import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseKernel, PointwiseSpec
+from torchfuser.ir.layout import (
+    broadcast_strides, collapse, contiguous_strides, extent, index_type_for, strides_in_order,
+)
+from torchfuser.runtime.launch import VECTOR_WIDTHS, Launch
+
+POINTWISE_GROUP = 16  # work-items per group: 256 float32 elements on the vector path
+
+
+class PointwiseLaunch(Launch):
+    def arguments(self, in_buffers, in_offsets, out_buffers):
+        index = np.int64 if self.spec.index_type == "long" else np.int32
+        args = []
+        for buffer, offset in zip(in_buffers, in_offsets):
+            args += [buffer, index(offset)]
+        return args + list(out_buffers) + self.scalars
+
+
+@dataclass
+class CheckedGatherLaunch(PointwiseLaunch):
+    """A launch that gathers rows (an embedding): before it is enqueued, the indices are checked on the host
+    and an index out of range raises IndexError, as eager's embedding does (the kernel clamps, so it never
+    reads outside the table, but must not return rows eager would refuse). Indices a pending kernel writes
+    are waited for: the check costs a sync then, which graph-proven indices (`GatherRead.in_range`) skip."""
+
+    checks: list = field(default_factory=list)  # (index input, rows)
+
+    def prepare(self, inputs: list, call=None) -> list:
+        for index, rows in self.checks:
+            indices = inputs[index]
+            if call is not None:
+                call.before_host_read([indices])
+            low, high = torch.aminmax(indices) if indices.numel() else (0, 0)  # one pass over the indices
+            if not (0 <= int(low) and int(high) < rows):
+                raise IndexError(f"index out of range in self (an embedding index is outside [0, {rows}))")
+        return inputs
+
+
+def configure_pointwise(kernel: PointwiseKernel, inputs, device_type: str) -> PointwiseLaunch:
+    launch = _configure_in_frame(kernel, [kernel.in_frame(t) for t in inputs], device_type)
+    if kernel.frame:
+        launch.outputs = [(kernel.unpermute(shape), kernel.unpermute(stride), dtype)
+                          for shape, stride, dtype in launch.outputs]
+    return launch
+
+
+def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> PointwiseLaunch:
+    if kernel.program.indexes_last_dim:  # a cat or slice along the indexed dim: rows where they pay
+        launch = configure_rows(kernel, inputs, device_type)
+        if launch is not None:
+            return launch
+    shape = kernel.out_shape
+    perm_shape = [shape[d] for d in kernel.order]
+    program = kernel.program
+    reads = [program.read_of(i) for i in range(len(inputs))]
+    # a gathered table is laid out as its row 0 (the row term is added in the kernel); its indices have a
+    # trailing dim of 1 (they broadcast along the table's row)
+    views = [t[0] if program.gather_of(i) else t.unsqueeze(-1) if i in program.gather_indices else t
+             for i, t in enumerate(inputs)]
+    strides = [[_input_strides(shape, t, r)[d] for d in kernel.order] for t, r in zip(views, reads)]
+    dims = collapse(perm_shape, strides)
+    sizes = [s for s, _ in dims] or [1]
+    per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
+    contiguous = contiguous_strides(sizes)
+    layouts = tuple(_layout(st, contiguous) for st in per_input)
+    numel = int(np.prod(sizes))
+    reach = max([numel] + [extent(t) for t in inputs])
+    index_type = index_type_for(reach)
+    width = 1
+    plain = not program.indexes_last_dim and not program.gather_indices  # every input read at the element
+    if STRIDED not in layouts and vectorisable(program) and plain:
+        width = VECTOR_WIDTHS[kernel.program.output_dtypes[0]]
+        if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
+            width = 1  # a vector would straddle two rows
+    spec = PointwiseSpec(kernel.program, layouts, len(sizes), index_type, vector_width=width)
+    index = np.int64 if index_type == "long" else np.int32
+    scalars = [index(numel)]
+    if {ROW, COLUMN} & set(layouts):
+        scalars.append(index(sizes[-1]))
+    if STRIDED in layouts:
+        scalars += [index(s) for s in sizes]
+        scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
+    if kernel.program.indexes_last_dim:  # jlast = (i / inner) % size; remapped reads add position * stride
+        last = kernel.order.index(len(shape) - 1)
+        scalars += [index(int(np.prod(perm_shape[last + 1:]))), index(shape[-1])]
+        scalars += [index(t.stride(-1)) for t, r in zip(inputs, reads) if r is not None]
+    gathers = [(i, program.gather_of(i)) for i in range(len(inputs)) if program.gather_of(i)]
+    scalars += [index(inputs[i].stride(0)) for i, _ in gathers]  # the row stride of each gathered table
+    out_stride = strides_in_order(shape, kernel.order)
+    outputs = [(shape, out_stride, TORCH_DTYPES[d]) for d in kernel.program.output_dtypes]
+    items = spec.elements_per_item
+    groups = -(-numel // (items * POINTWISE_GROUP))
+    checks = [(g.index, g.rows) for _, g in gathers if not g.in_range]
+    kind, extra = (CheckedGatherLaunch, {"checks": checks}) if checks else (PointwiseLaunch, {})
+    return kind(spec, (groups * POINTWISE_GROUP,), outputs, scalars, empty=numel == 0,
+                local_size=(POINTWISE_GROUP,), **extra)
+
+
+def configure_rows(kernel: PointwiseKernel, inputs, device_type: str) -> PointwiseLaunch | None:
+    """The row-schedule launch for a PointwiseKernel on these inputs; None where it does not apply."""
+    shape, order, program = kernel.out_shape, kernel.order, kernel.program
+    numel = int(np.prod(shape)) if shape else 1
+    if device_type != "CPU" or not shape or order[-1] != len(shape) - 1 or numel == 0:
+        return None
+    width, outer = shape[-1], order[:-1]
+    strides = [broadcast_strides(shape, t) for t in inputs]
+    dims = collapse([shape[d] for d in outer], [[st[d] for d in outer] for st in strides])
+    sizes = [s for s, _ in dims] or [1]
+    per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
+    layouts = tuple(STRIDED if any(st) else SCALAR for st in per_input)
+    # a remapped read steps by the input's own last-dim stride; a plain one as it broadcasts
+    last = [t.stride(-1) if program.read_of(i) else st[-1] for i, (t, st) in enumerate(zip(inputs, strides))]
+    reach = max([numel] + [extent(t) for t in inputs])
+    index_type = index_type_for(reach)
+    index = np.int64 if index_type == "long" else np.int32
+    spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width)
+    rows = numel // width
+    scalars = [index(rows)] + [index(s) for s in sizes]
+    scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
+    scalars += [index(x) for x in last]
+    outputs = [(shape, strides_in_order(shape, order), TORCH_DTYPES[d]) for d in program.output_dtypes]
+    groups = -(-rows // POINTWISE_GROUP)
+    return PointwiseLaunch(spec, (groups * POINTWISE_GROUP,), outputs, scalars, local_size=(POINTWISE_GROUP,))
+
+
+def _input_strides(shape, t, read) -> list[int]:
+    """Per output dim; a last-dim remapped read adds its own last-dim term, so that dim counts 0 here."""
+    strides = broadcast_strides(shape, t)
+    if read is not None:
+        strides[-1] = 0
+    return strides
+
+
+def _layout(strides, contiguous) -> str:
+    if not any(strides):
+        return SCALAR
+    if strides == contiguous:
+        return CONTIGUOUS
+    if len(strides) == 2 and strides in ([0, 1], [1, 0]):
+        return ROW if strides == [0, 1] else COLUMN
+    return STRIDED
