@@ -4,11 +4,13 @@ measured in the same run, and an MLP block against eager and inductor."""
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import torchfuser
+from torchfuser.runtime.device import get_device
 from torchfuser.runtime.timing import interleaved_medians
 
 # (M, K, N): C[M, N] = A[M, K] @ W[N, K]^T, as a Linear computes it
@@ -30,10 +32,6 @@ __kernel void fma_probe(__global float* out, const int n) {
 
 def fma_ceiling() -> float | None:
     """FLOP/s of independent float16 FMA chains on the torchfuser device (best of 5, profiled)."""
-    import pyopencl as cl
-
-    from torchfuser.runtime.device import get_device
-
     device = get_device()
     if device is None:
         return None
@@ -46,8 +44,6 @@ def fma_ceiling() -> float | None:
 
 
 def _profiled(device, kernel, size) -> float:
-    import pyopencl as cl
-
     event = cl.enqueue_nd_range_kernel(device.queue, kernel, size, None)
     event.wait()
     return (event.profile.end - event.profile.start) * 1e-9
