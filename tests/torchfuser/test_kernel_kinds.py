@@ -9,23 +9,18 @@ import torch.fx as fx
 
 import torchfuser
 from eager_compare import assert_close
-from torchfuser.ir.kernels import KINDS, FusedKernel, KernelKind, register_kind
-from torchfuser.ir.kernels.base import spec_name
+from torchfuser.ir.kernels import KINDS, FusedKernel, KernelKind, KernelSpec, register_kind
 from torchfuser.passes import PassResult, register_pass, unregister_pass
 from torchfuser.passes.base import erase_nodes, insert_fused_node, next_group_id
 from torchfuser.runtime.launch import Launch
 
 
 @dataclass(frozen=True)
-class NegateSpec:
+class NegateSpec(KernelSpec):
     kind = "negate"
 
     def key_text(self) -> str:
         return "negate float32"
-
-    @property
-    def kernel_name(self) -> str:
-        return spec_name("negate", self.key_text())
 
 
 class NegateKernel(FusedKernel):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from torchfuser.ir.interpret import run_program
-from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.layout import contiguous_strides
 from torchfuser.ir.program import Program
 
@@ -32,7 +32,7 @@ MASK_LAYOUTS = ("bcast", "rows", "strided")
 
 
 @dataclass(frozen=True)
-class AttentionSpec:
+class AttentionSpec(KernelSpec):
     """softmax(score(q·k, masks...)) @ v with an online softmax, `lanes` x `query_vectors` query rows per
     work-item.
 
@@ -89,10 +89,6 @@ class AttentionSpec:
             f"schedule={self.schedule} lanes={self.lanes}x{self.query_vectors} "
             f"kv_rows={self.kv_row_strides[0]},{self.kv_row_strides[1]}\n{self.score.text()}"
         )
-
-    @property
-    def kernel_name(self) -> str:
-        return spec_name("attention", self.key_text())
 
 
 def sdpa_output_strides(q) -> tuple:

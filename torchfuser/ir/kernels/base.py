@@ -51,9 +51,18 @@ def set_standalone_runner(run: Callable) -> None:
     _standalone[0] = run
 
 
-def spec_name(kind: str, key_text: str) -> str:
-    """A kernel's name from its spec's key text: equal specs share a kernel and a name."""
-    return f"tf_{kind}_{hashlib.sha256(key_text.encode()).hexdigest()[:10]}"
+class KernelSpec:
+    """Base of the frozen specs (each a frozen dataclass with a `kind` and an exact `key_text()`): the kernel's
+    name derives from the key text, so equal specs share a kernel and a name."""
+
+    kind = "fused"
+
+    def key_text(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def kernel_name(self) -> str:
+        return f"tf_{self.kind}_{hashlib.sha256(self.key_text().encode()).hexdigest()[:10]}"
 
 
 @dataclass(frozen=True)

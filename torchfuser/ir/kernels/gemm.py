@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import torch
 
 from torchfuser.ir.interpret import run_program
-from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.program import Program
 
 
 @dataclass(frozen=True)
-class GemmSpec:
+class GemmSpec(KernelSpec):
     """C[M,N] = epilogue(A[M,K] @ B[K,N], extra...) with arbitrary strides on A, B and the extras.
 
     The epilogue is an SSA program whose input 0 is the fp32 accumulator and whose further inputs are
@@ -69,10 +69,6 @@ class GemmSpec:
             f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}\n"
             f"{self.epilogue.text()}"
         )
-
-    @property
-    def kernel_name(self) -> str:
-        return spec_name("gemm", self.key_text())
 
 
 class GemmKernel(FusedKernel):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from torchfuser.ir.interpret import run_program
-from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.layout import is_dense, strides_in_order
 from torchfuser.ir.program import Program
 
@@ -31,7 +31,7 @@ def _short_hash(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class PointwiseSpec:
+class PointwiseSpec(KernelSpec):
     program: Program
     layouts: tuple[str, ...]  # one per program input
     ndim: int  # dims of the collapsed iteration space (strided inputs index with it)
@@ -67,10 +67,6 @@ class PointwiseSpec:
             f"items={self.items_per_thread} vector={self.vector_width}"
             f"{f' rows={self.row_length}' if self.row_length else ''}\n{self.program.text()}"
         )
-
-    @property
-    def kernel_name(self) -> str:
-        return spec_name("pointwise", self.key_text())
 
 
 class PointwiseKernel(FusedKernel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchfuser.ir.kernels.base import FusedKernel, spec_name
+from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.reduction import RowReduction, run_row_reduction
 
 
@@ -16,7 +16,7 @@ ROW_LAYOUTS = ("contig", "bcast", "strided")  # along the row: stride 1, stride 
 
 
 @dataclass(frozen=True)
-class ReductionSpec:
+class ReductionSpec(KernelSpec):
     """A RowReduction (ir/reduction.py) over rows whose outer dims collapse to `ndim` dims.
 
     Each load is read at `base + j * column_stride`, base from the row's outer coordinates; its layout
@@ -49,10 +49,6 @@ class ReductionSpec:
             f"schedule={self.schedule} vector={self.vector_width} group={self.group_size}\n"
             f"{self.reduction.text()}"
         )
-
-    @property
-    def kernel_name(self) -> str:
-        return spec_name("reduction", self.key_text())
 
 
 class ReductionKernel(FusedKernel):
