@@ -1,6 +1,6 @@
 """Transformer-block workloads for `python -m torchfuser.bench`: a Hugging Face GPT2Block and a LLaMA decoder
 layer (GQA, RMSNorm, RoPE, SwiGLU), random weights built locally (nothing downloaded), eval mode, no grad,
-against eager and inductor. Beside the times: the kernels torchfuser launches per call and the ATen ops eager
+against eager, inductor and inductor+freezing, with torchfuser's share of the FLOP bound. Beside the times: the kernels torchfuser launches per call and the ATen ops eager
 runs, what stays in PyTorch, and the kernels that take the time (profiled, from the CompileReports)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
-from torchfuser.tools.bench.gemm import TIMES_HEAD, against_eager_and_inductor, times_columns
+from torchfuser.tools.bench.common import against_peers, slower_flag, times_columns, times_head
+from torchfuser.tools.bench.gemm import count_flops, flop_bound_share
 
 # Both blocks at GPT-2 small's width; LLaMA's intermediate is ~8/3 of the width, as SwiGLU models size it.
 FULL = {"width": 768, "heads": 12, "kv_heads": 4, "intermediate": 2048, "batch": 8, "seq": 128}
@@ -88,17 +89,25 @@ def eager_op_counts(fn) -> tuple[int, int]:
 
 @torch.no_grad()
 def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
-    """One block: torchfuser checked against eager, then eager, torchfuser and inductor timed interleaved;
-    launches, fallbacks and per-kernel times from the CompileReports of the graphs Dynamo captured."""
+    """One block of BLOCKS at FULL's shape updated by `shape` (see module_row), with its shape."""
     shape = {**FULL, **shape}
     torch.manual_seed(0)
     block = BLOCKS[name](**shape).eval()
     x = torch.randn(shape["batch"], shape["seq"], shape["width"])
+    return {**module_row(name, block, x, repeats, inductor), "shape": shape}
+
+
+@torch.no_grad()
+def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, inductor: bool,
+               rtol: float = RTOL, atol: float = ATOL) -> dict:
+    """torchfuser checked against eager, then the peers and torchfuser timed interleaved (steady state);
+    launches, fallbacks and per-kernel times from the CompileReports of the graphs Dynamo captured; the GEMM
+    FLOPs of a call and the bytes of the module's parameters, for the bounds."""
     with torchfuser.collect_reports() as reports:
-        fused = torchfuser.compile(block)
+        fused = torchfuser.compile(module)
         actual = _hidden(fused(x))
-    expected = _hidden(block(x))
-    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+    expected = _hidden(module(x))
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     plans = [r.plan for r in reports if r.plan is not None]
     for plan in plans:  # count one call's launches, then keep steady-state profiles only
         plan.stats.clear()
@@ -107,9 +116,10 @@ def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
     for plan in plans:
         plan.stats.clear()
     first_call = {id(plan): plan.calls for plan in plans}
-    eager_ops, eager_compute_ops = eager_op_counts(lambda: block(x))
+    eager_ops, eager_compute_ops = eager_op_counts(lambda: module(x))
 
-    medians = against_eager_and_inductor(block, x, fused, repeats, inductor)
+    flops = count_flops(module, x)
+    medians = against_peers(module, (x,), fused, repeats, inductor)
 
     kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
     for report in reports:
@@ -120,11 +130,12 @@ def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
                                 "variant": (k["tuning"] or {}).get("winner"), "fuses": _fuses(k)})
     kernels.sort(key=lambda k: k["per_call"], reverse=True)
     return {
-        "name": name, "shape": shape, "medians": medians, "max_error": (actual - expected).abs().max().item(),
+        "name": name, "medians": medians, "max_error": (actual - expected).abs().max().item(),
         "graphs": len(reports), "launches": launches, "eager_ops": eager_ops, "eager_compute_ops": eager_compute_ops,
         "fallbacks": dict(Counter(f.op.removeprefix("aten.") for r in reports for f in r.fallbacks)),
         "kernel_seconds": sum(k["per_call"] for k in kernels), "top": kernels[:5],
-        "extern_gemms": sum(k["variant"] == "extern" for k in kernels),
+        "extern_gemms": sum(k["variant"] == "extern" for k in kernels), "flops": flops,
+        "param_bytes": sum(p.numel() * p.element_size() for p in module.parameters()),
     }
 
 
@@ -142,19 +153,22 @@ def _fuses(kernel: dict) -> str:
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-def format_blocks(rows: list[dict]) -> str:
-    head = f"{'block':<7}{TIMES_HEAD}{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}{'kernel ms':>11}"
+def format_blocks(rows: list[dict], ceiling: float | None = None) -> str:
+    head = (f"{'block':<7}{times_head()}{'% FLOP bound':>14}{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}"
+            f"{'kernel ms':>11}")
     lines = [head, "-" * len(head)]
     for r in rows:
+        share = flop_bound_share(r["flops"], r["medians"]["torchfuser"], ceiling)
         lines.append(
-            f"{r['name']:<7}{times_columns(r['medians'])}{r['launches']:>9}"
-            f"{r['eager_compute_ops']:>5} ({r['eager_ops']:>3}){sum(r['fallbacks'].values()):>12}"
-            f"{r['kernel_seconds'] * 1e3:>11.2f}")
+            f"{r['name']:<7}{times_columns(r['medians'])}{(100 * share if share else float('nan')):>13.0f}%"
+            f"{r['launches']:>9}{r['eager_compute_ops']:>5} ({r['eager_ops']:>3}){sum(r['fallbacks'].values()):>12}"
+            f"{r['kernel_seconds'] * 1e3:>11.2f}{slower_flag(r['medians'])}")
     for r in rows:
         s = r["shape"]
         lines.append(f"\n{r['name']} ({s['batch']}x{s['seq']}x{s['width']}, {s['heads']} heads"
                      + (f", {s['kv_heads']} kv heads, intermediate {s['intermediate']}" if r["name"] == "llama" else "")
-                     + f"; max |torchfuser - eager| {r['max_error']:.1e}, {r['graphs']} graph(s))")
+                     + f"; {r['flops'] / 1e9:.2f} GFLOP; max |torchfuser - eager| {r['max_error']:.1e}, "
+                     f"{r['graphs']} graph(s))")
         fallbacks = ", ".join(f"{op} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
         lines.append(f"  in PyTorch: {fallbacks}")
         host = r["medians"]["torchfuser"] - r["kernel_seconds"]
@@ -166,7 +180,9 @@ def format_blocks(rows: list[dict]) -> str:
             lines.append(f"    {k['per_call'] * 1e3:>7.2f} ms {100 * k['per_call'] / r['kernel_seconds']:>4.0f}%  "
                          f"{k['kind']:<10}{k['fuses']}{variant}")
     lines += [
-        "\n'kernels': OpenCL launches in one torchfuser call. 'eager ops': ATen ops one eager call dispatches,",
+        "\n'% FLOP bound': (GEMM FLOPs / FMA ceiling) / torchfuser's time; FLOPs from torch.utils.flop_counter"
+        " (matmuls only: attention and elementwise work uncounted, so the bound is slightly low).",
+        "'kernels': OpenCL launches in one torchfuser call. 'eager ops': ATen ops one eager call dispatches,",
         "  counted with a TorchDispatchMode (after autograd: linear arrives as t + addmm), views left out; all ops",
         "  in brackets. 'in PyTorch': ops of the compiled graphs that run in PyTorch, views left out. 'kernel ms':",
         "  mean profiled kernel time per timed call, all kernels summed (an [extern] GEMM's host BLAS part is not",

@@ -1,71 +1,61 @@
-"""GEMM and MLP workloads for `python -m torchfuser.bench`: GFLOP/s beside torch.mm and the FMA ceiling
-measured in the same run, and an MLP block against eager and inductor."""
+"""GEMM and MLP workloads for `python -m torchfuser.bench`: GFLOP/s of torchfuser beside eager (torch.mm),
+inductor and inductor+freezing, and their share of the FMA ceiling measured in the same run; an MLP block
+against the same peers with its share of the FLOP bound."""
 
 from __future__ import annotations
 
-import numpy as np
-import pyopencl as cl
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 import torchfuser
-from torchfuser.runtime.device import get_device
-from torchfuser.runtime.timing import interleaved_medians
+from torchfuser.tools.bench.bounds import fma_ceiling  # noqa: F401  (the GEMM section's ceiling; kept importable here)
+from torchfuser.tools.bench.common import PEERS, against_peers, slower_flag, times_columns, times_head
 
 # (M, K, N): C[M, N] = A[M, K] @ W[N, K]^T, as a Linear computes it
 GEMM_SHAPES = {"1024^3": (1024, 1024, 1024), "512x768x3072": (512, 768, 3072),
                "1024x3072x768": (1024, 3072, 768), "decode M=8": (8, 768, 3072)}
 
-_FMA_PROBE = """
-__kernel void fma_probe(__global float* out, const int n) {
-  float16 a = (float16)(get_global_id(0) * 1e-9f), b = (float16)(0.999f);
-  float16 c0 = a, c1 = a + 1, c2 = a + 2, c3 = a + 3, c4 = a + 4, c5 = a + 5, c6 = a + 6, c7 = a + 7;
-  for (int i = 0; i < n; ++i) {
-    c0 = fma(c0, b, a); c1 = fma(c1, b, a); c2 = fma(c2, b, a); c3 = fma(c3, b, a);
-    c4 = fma(c4, b, a); c5 = fma(c5, b, a); c6 = fma(c6, b, a); c7 = fma(c7, b, a);
-  }
-  vstore16(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7, get_global_id(0), out);
-}
-"""
+
+def linear_module(w: torch.Tensor) -> nn.Module:
+    """nn.Linear without bias holding w: eager runs F.linear (torch.mm), and freezing has a parameter to fold."""
+    module = nn.Linear(w.shape[1], w.shape[0], bias=False).eval()
+    with torch.no_grad():
+        module.weight.copy_(w)
+    return module
 
 
-def fma_ceiling() -> float | None:
-    """FLOP/s of independent float16 FMA chains on the torchfuser device (best of 5, profiled)."""
-    device = get_device()
-    if device is None:
-        return None
-    kernel = cl.Kernel(cl.Program(device.context, _FMA_PROBE).build(), "fma_probe")
-    items, loops = 16 * device.cl_device.max_compute_units * 8, 20000
-    out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 64 * items)
-    kernel.set_args(out, np.int32(loops))
-    best = min(_profiled(device, kernel, (items,)) for _ in range(5))
-    return items * loops * 8 * 16 * 2 / best
-
-
-def _profiled(device, kernel, size) -> float:
-    event = cl.enqueue_nd_range_kernel(device.queue, kernel, size, None)
-    event.wait()
-    return (event.profile.end - event.profile.start) * 1e-9
-
-
-def gemm_rows(repeats: int, shapes=None) -> list[dict]:
+def gemm_rows(repeats: int, shapes=None, inductor: bool = True) -> list[dict]:
+    """Per shape: the same Linear (no bias) as eager, inductor, inductor+freezing and torchfuser, checked, then
+    timed interleaved back to back (steady state); speeds in FLOP/s."""
     rows = []
     for name, (m, k, n) in (shapes or GEMM_SHAPES).items():
         x, w = torch.randn(m, k), torch.randn(n, k)
-        linear = lambda a: F.linear(a, w)  # noqa: E731  (w is a constant of the compiled graph)
-        fused = torchfuser.compile(linear)
-        torch.testing.assert_close(fused(x), linear(x), rtol=1e-3, atol=1e-3)
+        module = linear_module(w)
+        fused = torchfuser.compile(module)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), F.linear(x, w), rtol=1e-3, atol=1e-3)
         tuning = torchfuser.last_report().kernels[0].tuning or {}
-        candidates = {"torch.mm": lambda: linear(x), "torchfuser": lambda: fused(x)}
-        after_idle = interleaved_medians(candidates, repeats=repeats)
-        warm = interleaved_medians(candidates, repeats=repeats, warm_calls=2)
+        medians = against_peers(module, (x,), fused, repeats, inductor)
         flops = 2 * m * n * k
-        rows.append({"name": name, "torch": flops / after_idle["torch.mm"], "torchfuser": flops / after_idle["torchfuser"],
-                     "torch warm": flops / warm["torch.mm"], "torchfuser warm": flops / warm["torchfuser"],
+        rows.append({"name": name, "flops": flops, "medians": medians,
+                     "speeds": {peer: flops / seconds for peer, seconds in medians.items()},
                      "variant": tuning.get("winner", "?")})
-        torch._dynamo.reset()
     return rows
+
+
+def count_flops(fn, *args) -> int:
+    """FLOPs of one eager call as torch.utils.flop_counter counts them: matmuls (mm, addmm, bmm, convolutions);
+    not elementwise ops, and not CPU SDPA (no formula for it), so a bound built on it is a little low."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        fn(*args)
+    return counter.get_total_flops()
+
+
+def flop_bound_share(flops: int, seconds: float, ceiling: float | None) -> float | None:
+    """Share of the FLOP bound: (flops / ceiling) / seconds, the fraction of the FMA ceiling achieved."""
+    return flops / ceiling / seconds if ceiling and flops and seconds else None
 
 
 class MLPBlock(nn.Module):
@@ -83,59 +73,44 @@ def mlp_row(repeats: int, inductor: bool) -> dict:
     block = MLPBlock().eval()
     x = torch.randn(8, 128, 768)
     fused = torchfuser.compile(block)
-    torch.testing.assert_close(fused(x), block(x), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), block(x), rtol=1e-4, atol=1e-4)
     report = torchfuser.last_report()
-    medians = against_eager_and_inductor(block, x, fused, repeats, inductor)
-    return {"medians": medians, "kernels": len(report.kernels), "fallbacks": [f.op for f in report.fallbacks]}
-
-
-def against_eager_and_inductor(module, x, fused, repeats: int, inductor: bool) -> dict:
-    """Interleaved medians of eager, torchfuser and (when asked) inductor calling module on x; resets Dynamo."""
-    candidates = {"eager": lambda: module(x), "torchfuser": lambda: fused(x)}
-    if inductor:
-        compiled = torch.compile(module)
-        compiled(x)
-        candidates["inductor"] = lambda: compiled(x)
-    medians = interleaved_medians(candidates, repeats=repeats)
-    torch._dynamo.reset()
-    return medians
-
-
-TIMES_HEAD = f"{'eager ms':>10}{'inductor ms':>13}{'torchfuser ms':>15}{'x eager':>9}{'x inductor':>12}"
-
-
-def times_columns(medians: dict) -> str:
-    """The TIMES_HEAD columns: medians in ms and torchfuser's ratios (nan where inductor was skipped)."""
-    nan = float("nan")
-    eager, fused, inductor = medians["eager"], medians["torchfuser"], medians.get("inductor")
-    return (f"{eager * 1e3:>10.3f}{(inductor or nan) * 1e3:>13.3f}{fused * 1e3:>15.3f}"
-            f"{eager / fused:>9.2f}{(inductor / fused if inductor else nan):>12.2f}")
+    medians = against_peers(block, (x,), fused, repeats, inductor)
+    return {"medians": medians, "kernels": len(report.kernels), "fallbacks": [f.op for f in report.fallbacks],
+            "flops": count_flops(block, x)}
 
 
 def format_gemm(rows, ceiling) -> str:
-    head = (f"{'GEMM (M x K x N)':<16}{'':>5}{'torch.mm GFLOP/s':>18}{'torchfuser GFLOP/s':>20}{'x torch':>9}"
-            f"{'% of FMA':>10}  variant")
-    lines = [head, "-" * len(head)]
+    head = (f"{'GEMM (M x K x N)':<16}{'eager':>8}{'inductor':>10}{'ind+frz':>9}{'torchfuser':>12}{'x eager':>9}"
+            f"{'x best':>8}{'% of FMA':>10}  variant")
+    lines = ["GFLOP/s, steady state (back-to-back calls); eager = F.linear (torch.mm)", head, "-" * len(head)]
+    nan = float("nan")
     for r in rows:
-        for when, suffix in (("idle", ""), ("warm", " warm")):
-            fused = r["torchfuser" + suffix]
-            share = f"{100 * fused / ceiling:>9.0f}%" if ceiling else f"{'-':>10}"
-            lines.append(f"{r['name'] if not suffix else '':<16}{when:>5}{r['torch' + suffix] / 1e9:>18.0f}"
-                         f"{fused / 1e9:>20.0f}{fused / r['torch' + suffix]:>9.2f}{share}  {r['variant'] if not suffix else ''}")
-    lines.append("idle: each timed call starts on cores idle for 50 ms, as a single call does; warm: two untimed "
-                 "calls run right before it (steady back-to-back speed). Same method for both columns.")
+        speeds, fused = r["speeds"], r["speeds"]["torchfuser"]
+        share = f"{100 * fused / ceiling:>9.0f}%" if ceiling else f"{'-':>10}"
+        best = max(speeds[p] for p in PEERS if p in speeds)
+        lines.append(f"{r['name']:<16}{speeds['eager'] / 1e9:>8.0f}{speeds.get('inductor', nan) / 1e9:>10.0f}"
+                     f"{speeds.get('inductor+freezing', nan) / 1e9:>9.0f}{fused / 1e9:>12.0f}"
+                     f"{fused / speeds['eager']:>9.2f}{fused / best:>8.2f}{share}  {r['variant']}"
+                     f"{slower_flag(r['medians'])}")
     if ceiling:
-        lines.append(f"FMA ceiling (OpenCL float16 FMA chains, same run): {ceiling / 1e9:.0f} GFLOP/s")
+        lines.append(f"'% of FMA': torchfuser's GFLOP/s over the FMA ceiling measured in this run ({ceiling / 1e9:.0f} "
+                     "GFLOP/s)")
+        above = sorted({p for r in rows for p, v in r["speeds"].items() if v > ceiling})
+        if above:
+            lines.append(f"WARNING: {', '.join(above)} ran above the FMA ceiling: the probe is not an upper bound "
+                         "(machine noise while it ran?)")
     return "\n".join(lines)
 
 
-def format_mlp(row) -> str:
+def format_mlp(row, ceiling=None) -> str:
     m = row["medians"]
-    parts = [f"eager {m['eager'] * 1e3:.2f} ms", f"torchfuser {m['torchfuser'] * 1e3:.2f} ms"]
-    ratio = f"{m['eager'] / m['torchfuser']:.2f}x eager"
-    if "inductor" in m:
-        parts.append(f"inductor {m['inductor'] * 1e3:.2f} ms")
-        ratio += f", {m['inductor'] / m['torchfuser']:.2f}x inductor"
+    head = f"{'MLP block':<12}{times_head()}{'% FLOP bound':>14}"
+    share = flop_bound_share(row["flops"], m["torchfuser"], ceiling)
+    lines = [head, "-" * len(head),
+             f"{'8x128x768':<12}{times_columns(m)}{(100 * share if share else float('nan')):>13.0f}%{slower_flag(m)}"]
     fallbacks = ", ".join(sorted(set(row["fallbacks"]))) or "none"
-    return (f"MLP block 8x128x768 (LayerNorm, 768->3072, GELU, 3072->768, residual): {', '.join(parts)} -> {ratio}"
-            f"\n  {row['kernels']} kernels; in PyTorch: {fallbacks}")
+    lines.append(f"  LayerNorm, 768->3072, GELU, 3072->768, residual; {row['flops'] / 1e9:.2f} GFLOP; "
+                 f"{row['kernels']} kernels; in PyTorch: {fallbacks}")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""Physical ceilings for the bench, measured in the same run as the rows they judge: the FMA throughput of the
+torchfuser device (the FLOP bound of GEMM-bound rows) and the copy bandwidth of this machine (the bound of
+rows that stream weights: one-token decode, GEMV). These CPUs change from session to session (Zen 4, Zen 5,
+Xeon), so a ceiling from a data sheet or an earlier session would judge today's rows against the wrong machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import torchfuser
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.timing import interleaved_medians
+
+COPY_BYTES = 64 << 20  # per copy operand: well over any L3 here (32 MiB on the EPYCs), so DRAM is what is measured
+
+
+def _fma_source(chains: int) -> str:
+    decl = ", ".join(f"c{i} = a + {i}" for i in range(chains))
+    body = " ".join(f"c{i} = fma(c{i}, b, a);" for i in range(chains))
+    total = " + ".join(f"c{i}" for i in range(chains))
+    return (f"__kernel void fma_probe_{chains}(__global float* out, const int n) {{\n"
+            f"  float16 a = (float16)(get_global_id(0) * 1e-9f), b = (float16)(0.999f);\n"
+            f"  float16 {decl};\n"
+            f"  for (int i = 0; i < n; ++i) {{ {body} }}\n"
+            f"  vstore16({total}, get_global_id(0), out);\n}}\n")
+
+
+# (independent float16 FMA chains per work-item, explicit local size). Which one PoCL runs fastest depends
+# on the CPU (register count, FMA latency x ports) and on how PoCL vectorises across a work-group's items,
+# so the probe runs all of them and keeps the best.
+FMA_VARIANTS = ((8, 1), (8, 4), (16, 4), (16, 16))
+
+
+def fma_ceiling(rounds: int = 6, flop_per_launch: float = 2e9) -> float | None:
+    """FLOP/s upper bound of the torchfuser device: the best of independent float16 FMA chains.
+
+    Each variant of FMA_VARIANTS (chains per work-item, explicit local size) is launched as 16 work-groups per
+    compute unit: many more work-groups than PoCL has worker threads, so that no thread idles (the previous
+    probe left the local size to PoCL, which put all 256 items in one work-group: one of the two threads idled
+    and it measured 117 GFLOP/s while our GEMM ran at 174-196). Every launch does ~flop_per_launch FLOP (~10 ms),
+    the variants launch in turn for `rounds` rounds, and each launch's profiled time (kernel only) counts:
+    the result is the best launch of the best variant, as noise only slows a launch down. No data is read in
+    the loop, so nothing but the FMA units limits it; a FMA counts 2 FLOP. None without an OpenCL device.
+    """
+    import pyopencl as cl
+
+    device = get_device()
+    if device is None:
+        return None
+    groups = 16 * device.cl_device.max_compute_units
+    programs = {c: cl.Program(device.context, _fma_source(c)).build() for c in {c for c, _ in FMA_VARIANTS}}
+    launches = []
+    for chains, local in FMA_VARIANTS:
+        if local > device.cl_device.max_work_group_size:
+            continue
+        items = groups * local
+        loops = max(1, int(flop_per_launch / (items * chains * 16 * 2)))
+        kernel = cl.Kernel(programs[chains], f"fma_probe_{chains}")
+        out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 64 * items)
+        launches.append((kernel, out, items, local, loops, items * loops * chains * 16 * 2))
+    best = 0.0
+    for _ in range(rounds):
+        for kernel, out, items, local, loops, flop in launches:
+            kernel.set_args(out, np.int32(loops))
+            event = cl.enqueue_nd_range_kernel(device.queue, kernel, (items,), (local,))
+            event.wait()
+            seconds = (event.profile.end - event.profile.start) * 1e-9
+            if seconds > 0:
+                best = max(best, flop / seconds)
+    return best or None
+
+
+def _clone(x):
+    return x.clone()
+
+
+def copy_bandwidth(nbytes: int = COPY_BYTES, repeats: int = 10) -> dict:
+    """Bytes/s of copying nbytes (read + write counted) three ways, timed in the same interleaved rounds:
+    'opencl copy' (torchfuser.compile(x.clone()): the profiled kernel time, so the OpenCL device's own
+    streaming speed, without launch overhead), 'torch copy_' (into a preallocated tensor) and 'torch clone'
+    (a fresh output each call: page faults included). 'ceiling' is the best of them.
+
+    Why the best: a bound must be something this machine can do, and each way reaches it only when nothing
+    else gets in the way (clone pays for fresh pages, an OpenCL call for its launch, torch's copy for its
+    OpenMP threads); the fastest way measured is the closest to the memory system's own limit, and any
+    lower figure would let a kernel look better than "100 % of bandwidth" for no physical reason."""
+    n = max(1, nbytes // 4)
+    x = torch.randn(n)
+    y = torch.empty_like(x)
+    candidates = {"torch copy_": lambda: y.copy_(x), "torch clone": lambda: x.clone()}
+    report = None
+    if get_device() is not None:
+        fused = torchfuser.compile(_clone)
+        fused(x)
+        report = torchfuser.last_report()
+        if report.plan is not None and report.kernels:
+            fused(x)
+            report.plan.stats.clear()  # steady state only: the first calls fault in fresh pages
+            candidates["opencl copy"] = lambda: fused(x)
+        else:
+            report = None
+    medians = interleaved_medians(candidates, repeats=repeats)
+    moved = 2 * n * 4
+    result = {name: moved / seconds for name, seconds in medians.items()}
+    if report is not None:
+        kernel = sum(k["mean_seconds"] or 0.0 for k in report.to_dict()["kernels"])
+        result["opencl copy"] = moved / kernel if kernel else None
+        torch._dynamo.reset()
+    result = {name: value for name, value in result.items() if value}
+    result["ceiling"] = max(result.values())
+    result["bytes"] = n * 4
+    return result
+
+
+def format_ceilings(copy: dict | None, fma: float | None) -> str:
+    lines = []
+    if copy:
+        ways = ", ".join(f"{name} {copy[name] / 1e9:.1f}" for name in ("opencl copy", "torch copy_", "torch clone")
+                         if name in copy)
+        lines.append(f"copy bandwidth ({copy['bytes'] >> 20} MiB, read + write): {ways} GB/s "
+                     f"-> ceiling {copy['ceiling'] / 1e9:.1f} GB/s (the best way)")
+    if fma:
+        lines.append(f"FMA ceiling: {fma / 1e9:.0f} GFLOP/s (OpenCL float16 FMA chains, "
+                     f"{len(FMA_VARIANTS)} shapes x 6 launches, best)")
+    return "\n".join(lines)
