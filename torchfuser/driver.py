@@ -119,12 +119,13 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             launch = configure(target, fake_inputs, plan.runtime.device.type_name)
             if launch.empty:
                 continue
-            built, status = plan.runtime.build(launch.spec)
+            lane, lane_reason = plan.runtime.lane(launch)
+            built, status = plan.runtime.build(launch.spec, lane)
         except KernelBuildError as error:
             _fall_back(plan, report, node, f"OpenCL build failed: {error.log.strip()[:2000]}")
             warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch", RuntimeWarning, stacklevel=2)
             continue
-        plan.built[launch.spec] = built
+        plan.built[(launch.spec, lane)] = built
         seconds = built.build_seconds if status != "hit" else 0.0
         total += seconds
         report.kernels.append(KernelEntry(
@@ -132,7 +133,8 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             cache_key=built.key, source=built.source, cache=status, build_seconds=seconds,
             spec=launch.spec.key_text(), nodes=list(node.meta.get("torchfuser_covers", [])),
             sources=_dedup([provenance(s) for s in node.meta.get("torchfuser_sources", [])]), tuning=tuning,
-            transforms=kind.transforms(launch, fake_inputs) if kind.transforms else [],
+            transforms=kind.transforms(launch, fake_inputs) if kind.transforms else [], lane=lane,
+            lane_reason=lane_reason,
         ))
     return total
 

@@ -32,6 +32,8 @@ class KernelEntry:
     sources: list[dict]
     tuning: dict | None = None  # GEMMs: {"winner", "candidates": {variant: seconds}, "source"}
     transforms: list[str] = field(default_factory=list)  # one-time constant transforms (weight packing)
+    lane: str = "threaded"  # where it runs: "inline" (the calling thread) or "threaded" (the device's workers)
+    lane_reason: str = ""
 
 
 @dataclass
@@ -83,7 +85,7 @@ class CompileReport:
                 "source": k.source, "cache": k.cache, "build_seconds": k.build_seconds,
                 "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
                 "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
-                "tuning": k.tuning, "transforms": list(k.transforms),
+                "tuning": k.tuning, "transforms": list(k.transforms), "lane": k.lane, "lane_reason": k.lane_reason,
             })
         timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
         timings["calls"] = getattr(self.plan, "calls", 0)
@@ -120,12 +122,13 @@ class CompileReport:
             stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
             nodes = f"{p.stats['nodes_before']}->{p.stats['nodes_after']}" if "nodes_before" in p.stats else ""
             lines.append(f"    {p.name:<22} {'on ' if p.enabled else 'off'} {nodes:>9}  {stats}")
-        lines.append(f"    {'kernel':<28}{'kind':<11}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
+        lines.append(f"    {'kernel':<28}{'kind':<11}{'lane':<9}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
         live = self.kernel_seconds()
         for k in self.kernels:
             launches, mean = live.get(k.node, (0, None))
             mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
-            lines.append(f"    {k.name:<28}{k.kind:<11}{k.cache:<7}{launches:>9}{mean_text:>10}  {', '.join(k.nodes)}")
+            lines.append(f"    {k.name:<28}{k.kind:<11}{k.lane:<9}{k.cache:<7}{launches:>9}{mean_text:>10}  "
+                         f"{', '.join(k.nodes)}")
         lines += [f"    PyTorch: {f.op} ({f.reason})" for f in self.fallbacks]
         if self.memory:
             lines.append(f"    peak intermediate memory {self.memory['peak_intermediate_bytes'] / 2**20:.2f} MiB "

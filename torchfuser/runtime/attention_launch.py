@@ -74,7 +74,7 @@ def configure_attention(kernel: AttentionKernel, inputs, device_type: str) -> At
         spec = AttentionSpec(kernel.score, d, layouts, mask_layouts, kernel.causal, kernel.masked_rows,
                              kernel.with_lse, index_type, ATTENTION_GPU, 1, 1)
     launch = AttentionLaunch(spec, (-(-max(items, 1) // local) * local,), outputs,
-                             [b, h, t, s, h // hkv], empty=items == 0 or d == 0)
+                             [b, h, t, s, h // hkv], empty=items == 0 or d == 0, flops=4.0 * b * h * t * s * d)
     launch.local_size = (local,)
     launch.strides, launch.out_strides = strides, out_strides
     return launch

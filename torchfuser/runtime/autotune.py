@@ -12,12 +12,10 @@ or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option): the heuristic choice, 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
@@ -27,11 +25,10 @@ from torchfuser.ir.kernels import GemmKernel
 from torchfuser.runtime import gemm_launch
 from torchfuser.runtime.call import Call
 from torchfuser.runtime.gemm_launch import GemmVariant, candidate_variants, default_variant, gemm_state, launch_for
-from torchfuser.runtime.kernel_cache import KernelBuildError, cache_dir
+from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.timing import SETTLE_SECONDS
+from torchfuser.runtime.tuning_db import DB_VERSION, TuningDatabase  # noqa: F401  (DB_VERSION: tests)
 
-DB_VERSION = 3  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
-# whichever candidate ran first after the host BLAS (its choices were biased by OpenMP's spinning threads)
 REPEATS = 7  # interleaved timing rounds per search
 EXTERN_MARGIN = 1.1  # the host BLAS wins only when 10 % faster than every template variant (see _winner)
 PROGRESS_AFTER_SECONDS = 1.0
@@ -53,43 +50,6 @@ def tuning_key(kernel: GemmKernel, inputs) -> str:
     layout = "|".join(f"{tuple(t.shape)}:{t.stride()}" for t in inputs)
     epilogue = hashlib.sha256(kernel.epilogue.text().encode()).hexdigest()[:16]
     return f"{layout}|{epilogue}"
-
-
-class TuningDatabase:
-    """{device identity: {tuning key: {"winner": name, "candidates": {name: seconds}}}} in one JSON file."""
-
-    def __init__(self, path=None):
-        self.path = path or cache_dir() / "tuning.json"
-
-    def _load(self) -> dict:
-        try:
-            data = json.loads(self.path.read_text())
-            if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] != DB_VERSION:
-                return {"version": DB_VERSION, "devices": {}}  # another version's choices: tune afresh, replace it
-            if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
-                raise ValueError("unexpected layout")
-            return data
-        except FileNotFoundError:
-            return {"version": DB_VERSION, "devices": {}}
-        except (OSError, ValueError) as error:
-            warnings.warn(f"torchfuser: ignoring damaged tuning database {self.path} ({error})", RuntimeWarning,
-                          stacklevel=3)
-            return {"version": DB_VERSION, "devices": {}}
-
-    def get(self, device_identity: str, key: str) -> dict | None:
-        return self._load()["devices"].get(device_identity, {}).get(key)
-
-    def put(self, device_identity: str, key: str, entry: dict) -> None:
-        data = self._load()  # re-read: another process may have added entries
-        data["devices"].setdefault(device_identity, {})[key] = entry
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tuning.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
-        except OSError as error:
-            warnings.warn(f"torchfuser: could not write the tuning database: {error}", RuntimeWarning, stacklevel=3)
 
 
 def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) -> dict | None:

@@ -1,9 +1,12 @@
 """One call's launches: the per-device runtime, bound launches and the state of a call.
 
-A `Bound` launch is configured and built once and enqueued again with only this call's buffers swapped in;
-a `Call` enqueues launches on one in-order queue and synchronises once, keeping alive what enqueued
-kernels read until then. On CPU devices the launches of a call are enqueued together when something
-first waits for them.
+A `Bound` launch is configured and built once and enqueued again with only this call's buffers swapped in.
+Each runs in a lane (lanes.py): on the device's worker threads, or, on CPU devices with an in-thread
+companion, in the calling thread (done when its enqueue returns). A `Call` enqueues threaded launches on
+one in-order queue and synchronises once, keeping alive what enqueued kernels read until then; on CPU
+devices they are enqueued together when something first waits for them. An in-thread launch first waits
+for the threaded ones before it (it may read their results, and PoCL must not see one device wait on the
+other's events).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from torchfuser.codegen import kernel_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
+from torchfuser.runtime.lanes import INLINE, THREADED, choose_lane, lane_rates
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
@@ -47,6 +51,7 @@ class Runtime:
 
     def __init__(self, device):
         self.device = device
+        self._rates = None  # measured on first use (lanes.py)
         self.arena = HostArena()
         self.binder = ZeroCopyBinder(device) if device.zero_copy else CopyingBinder(device)
         # On a CPU device kernels run on the host's cores: host work between launches only slows them down
@@ -61,9 +66,23 @@ class Runtime:
             runtime = cls._by_device[device] = cls(device)
         return runtime
 
-    def build(self, spec):
-        """(BuiltKernel, cache status); raises KernelBuildError."""
-        return KERNELS.get(self.device, spec.kernel_name, kernel_source(spec))
+    def build(self, spec, lane: str = THREADED):
+        """(BuiltKernel, cache status) for the lane's device; raises KernelBuildError."""
+        device = self.device.inline if lane == INLINE else self.device
+        return KERNELS.get(device, spec.kernel_name, kernel_source(spec))
+
+    def lane(self, launch: Launch) -> tuple[str, str]:
+        """(lane, why): where this launch runs cheapest."""
+        if self.device.inline is None:
+            return THREADED, "the device has no in-thread companion"
+        if not self.device.zero_copy:  # results are read back from device buffers, through the queue
+            return THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them"
+        if self._rates is None:
+            self._rates = lane_rates(self.device)
+        return choose_lane(self._rates, launch.flops, launch.nbytes)
+
+    def queue(self, lane: str):
+        return self.device.inline.queue if lane == INLINE else self.device.queue
 
 
 class KernelStats:
@@ -91,10 +110,11 @@ class Bound:
     """
 
     __slots__ = ("launch", "built", "kernel", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments")
+                 "arguments", "inline")
 
-    def __init__(self, launch: Launch, built, label: str, exclusive: bool = False):
+    def __init__(self, launch: Launch, built, label: str, exclusive: bool = False, lane: str = THREADED):
         self.launch, self.built, self.label = launch, built, label
+        self.inline = lane == INLINE
         self.exclusive = exclusive and built is not None
         self.kernel = _copy_kernel(built.kernel) if self.exclusive else built.kernel if built is not None else None
         self.typed = False  # scalar argument dtypes declared on self.kernel
@@ -120,28 +140,31 @@ class Bound:
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
-    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending")
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.binding = runtime.binder.begin_call()
-        self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) kernels write
+        self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) threaded kernels write
         self.alive: list = []
         self.events: list = []
-        # Launches bound but not yet enqueued (see Runtime.defer_launches): only exclusive ones, whose
-        # cl.Kernel no other launch sets arguments on before they are enqueued.
+        # Threaded launches bound but not yet enqueued (see Runtime.defer_launches): only exclusive ones,
+        # whose cl.Kernel no other launch sets arguments on before they are enqueued.
         self.pending: list | None = [] if runtime.defer_launches else None
+        self.threaded = False  # threaded launches were enqueued since the last wait for them
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = configure(target, inputs, self.runtime.device.type_name)
         return self.run_launch(launch, target, inputs, on_build, label)
 
     def run_launch(self, launch, target: FusedKernel, inputs, on_build=None, label=None):
-        """Allocate the outputs, bind the buffers and enqueue one configured launch (built on demand)."""
-        built = None
+        """Allocate the outputs, bind the buffers and enqueue one configured launch (built on demand), in the
+        lane where it runs cheapest."""
+        built, lane = None, THREADED
         if not launch.empty:
-            built = on_build(launch.spec) if on_build else self.runtime.build(launch.spec)[0]
-        return self.enqueue(Bound(launch, built, label or target.__name__), inputs)
+            lane = self.runtime.lane(launch)[0]
+            built = on_build(launch.spec, lane) if on_build else self.runtime.build(launch.spec, lane)[0]
+        return self.enqueue(Bound(launch, built, label or target.__name__, lane=lane), inputs)
 
     def enqueue(self, bound: Bound, inputs):
         """Allocate the outputs, bind this call's buffers into the bound argument list and enqueue."""
@@ -159,17 +182,25 @@ class Call:
             buffers += [self.binding.output_buffer(o) for o in outs]
             offsets = tuple([t.storage_offset() for t in inputs])
             self._set_arguments(bound, buffers, offsets)
-            if self.pending is not None and bound.exclusive:
-                self.pending.append(bound)
-            else:
-                self.flush()  # launches run in call order
-                cl = _cl or _pyopencl()
-                event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
-                                                   launch.local_size)
+            cl = _cl or _pyopencl()
+            if bound.inline:  # runs now, in this thread, once what the threaded queue holds is done
+                if self.threaded or self.pending:
+                    self.wait_threaded()
+                event = cl.enqueue_nd_range_kernel(self.runtime.device.inline.queue, bound.kernel,
+                                                   launch.global_size, launch.local_size)
                 self.events.append((bound.label, event))
+            else:
+                if self.pending is not None and bound.exclusive:
+                    self.pending.append(bound)
+                else:
+                    self.flush()  # launches run in call order
+                    event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
+                                                       launch.local_size)
+                    self.events.append((bound.label, event))
+                    self.threaded = True
+                for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
+                    self.dirty.add(o.data_ptr())
             self.alive.append((inputs, outs))
-            for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
-                self.dirty.add(o.data_ptr())
             if self.binding.tracks_writes:
                 for o, buffer in zip(outs, buffers[len(inputs):]):
                     self.binding.wrote(o, buffer)
@@ -210,7 +241,7 @@ class Call:
             self.sync()
 
     def flush(self) -> None:
-        """Enqueue the pending launches, in order."""
+        """Enqueue the pending threaded launches, in order."""
         if self.pending:
             cl = _cl or _pyopencl()
             queue = self.runtime.device.queue
@@ -219,11 +250,24 @@ class Call:
                 event = cl.enqueue_nd_range_kernel(queue, bound.kernel, launch.global_size, launch.local_size)
                 self.events.append((bound.label, event))
             self.pending.clear()
+            self.threaded = True
+
+    def wait_threaded(self) -> None:
+        """Enqueue what is pending and wait for every threaded launch."""
+        self.flush()
+        if self.threaded:
+            self.binding.to_host()
+            self.threaded = False
+        self.dirty.clear()
 
     def sync(self) -> None:
-        self.flush()
-        self.binding.to_host()
-        self.dirty.clear()
+        if self.binding.tracks_writes:  # results to copy back from a device with its own memory
+            self.flush()
+            self.binding.to_host()
+            self.threaded = False
+            self.dirty.clear()
+        else:
+            self.wait_threaded()
         self.alive.clear()
 
 

@@ -3,6 +3,11 @@
 TORCHFUSER_DEVICE picks a device: "P:D" (platform and device index) or a substring of the device or
 platform name. Without it, the first GPU wins, else the first device. No OpenCL platform at all is not
 an error: `get_device()` returns None after one clear warning, and graphs then run in PyTorch.
+
+On PoCL, the threaded CPU device (`pthread`) gets a companion: PoCL's `basic` device, which runs a kernel in
+the thread that enqueues it (about 1 us a launch, where waking the pthread device's workers costs 30-150 us).
+Both share one context, so buffers (zero-copy views of host memory) serve either; small launches run on the
+companion (`Device.inline`). The companion is not listed as a device of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Device:
     context: object
     queue: object
     index: str  # "P:D"
+    inline: "Device | None" = None  # a device of the same context that runs kernels in the calling thread
 
     @property
     def name(self) -> str:
@@ -91,6 +97,7 @@ class Device:
             "index": self.index,
             "host_unified_memory": self.host_unified_memory,
             "zero_copy": self.zero_copy,
+            "inline": self.inline.name if self.inline is not None else None,
         }
 
 
@@ -106,9 +113,24 @@ def pin_pocl_workers() -> None:
         os.environ["POCL_AFFINITY"] = "1"
 
 
-def list_devices() -> list[tuple[str, object]]:
-    """[("P:D", cl.Device)] for every device of every platform; [] when there is no OpenCL."""
+def expose_inline_device() -> None:
+    """Ask PoCL for its in-thread `basic` device beside the threaded one (POCL_DEVICES, read when the OpenCL
+    platform starts), unless the user chose PoCL's devices (or TORCHFUSER_INLINE=0)."""
+    if "POCL_DEVICES" not in os.environ and os.environ.get("TORCHFUSER_INLINE", "1") != "0":
+        os.environ["POCL_DEVICES"] = "pthread basic"
+
+
+def _companion(devices: list, device) -> object | None:
+    """The in-thread device that serves `device` (PoCL: basic beside pthread), or None."""
+    if not device.name.startswith("pthread"):
+        return None
+    return next((d for d in devices if d.name.startswith("basic")), None)
+
+
+def _platform_devices() -> list[tuple[str, object, object | None]]:
+    """(P:D, device, its in-thread companion) for every listed device; companions are not listed."""
     pin_pocl_workers()
+    expose_inline_device()
     import pyopencl as cl
 
     try:
@@ -121,8 +143,15 @@ def list_devices() -> list[tuple[str, object]]:
             devices = platform.get_devices()
         except cl.Error:
             continue
-        found += [(f"{p}:{d}", device) for d, device in enumerate(devices)]
+        companions = {id(c) for c in (_companion(devices, d) for d in devices) if c is not None}
+        listed = [d for d in devices if id(d) not in companions]
+        found += [(f"{p}:{i}", d, _companion(devices, d)) for i, d in enumerate(listed)]
     return found
+
+
+def list_devices() -> list[tuple[str, object]]:
+    """[("P:D", cl.Device)] for every device of every platform; [] when there is no OpenCL."""
+    return [(index, device) for index, device, _ in _platform_devices()]
 
 
 def _choose(devices, wanted: str | None):
@@ -152,7 +181,8 @@ def get_device(wanted: str | None = None) -> Device | None:
     key = wanted or ""
     if key in _devices:
         return _devices[key]
-    devices = list_devices()
+    found = _platform_devices()
+    devices = [(index, device) for index, device, _ in found]
     if not devices:
         if not _warned_no_opencl:
             warnings.warn(
@@ -171,9 +201,14 @@ def get_device(wanted: str | None = None) -> Device | None:
     if same is not None:  # one context per physical device, however it was named
         _devices[key] = same
         return same
-    context = cl.Context([cl_device])
-    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    device = Device(cl_device, context, queue, index)
-    logger.info("torchfuser device %s: %s (%s)", index, device.name, device.platform)
+    companion = next(c for i, _, c in found if i == index)
+    context = cl.Context([cl_device] + ([companion] if companion is not None else []))
+    profiling = cl.command_queue_properties.PROFILING_ENABLE
+    inline = None
+    if companion is not None:
+        inline = Device(companion, context, cl.CommandQueue(context, companion, properties=profiling), f"{index}/inline")
+    device = Device(cl_device, context, cl.CommandQueue(context, cl_device, properties=profiling), index, inline)
+    logger.info("torchfuser device %s: %s (%s)%s", index, device.name, device.platform,
+                f", small launches in the calling thread on {inline.name}" if inline else "")
     _devices[key] = device
     return device

@@ -22,6 +22,7 @@ from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
+from torchfuser.runtime.lanes import THREADED
 from torchfuser.runtime.launch import configure
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
@@ -52,8 +53,9 @@ class KernelStep:
 
     def _bind(self, call: Call, args) -> Bound:
         launch = configure(self.target, args, call.runtime.device.type_name)
-        built = None if launch.empty else self.plan.kernel_for(launch.spec)
-        bound = Bound(launch, built, self.name, exclusive=True)
+        lane = THREADED if launch.empty else call.runtime.lane(launch)[0]
+        built = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
+        bound = Bound(launch, built, self.name, exclusive=True, lane=lane)
         if len(self.bound) >= 64:  # layouts that keep changing: do not grow without bound
             self.bound.clear()
         self.bound[tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])] = bound
@@ -112,14 +114,14 @@ class Plan:
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i])))
         self.stats: dict[str, KernelStats] = {}
-        self.built: dict = {}  # spec -> BuiltKernel (skips the cache lookup on steady calls)
+        self.built: dict = {}  # (spec, lane) -> BuiltKernel (skips the cache lookup on steady calls)
         self.calls = 0
 
-    def kernel_for(self, spec):
-        built = self.built.get(spec)
+    def kernel_for(self, spec, lane: str):
+        built = self.built.get((spec, lane))
         if built is None:
-            built, _ = self.runtime.build(spec)
-            self.built[spec] = built
+            built, _ = self.runtime.build(spec, lane)
+            self.built[(spec, lane)] = built
         return built
 
     def run(self, args):

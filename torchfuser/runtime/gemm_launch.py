@@ -254,7 +254,7 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
     out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
     launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
-                        empty=batch * m * n == 0, local_size=local)
+                        empty=batch * m * n == 0, local_size=local, flops=2.0 * batch * m * n * k)
     launch.packer = gemm_state(kernel).packer
     return launch
 

@@ -96,7 +96,7 @@ class KernelCache:
         import pyopencl as cl
 
         try:
-            return cl.Program(device.context, source).build(options=BUILD_OPTIONS)
+            return cl.Program(device.context, source).build(options=BUILD_OPTIONS, devices=[device.cl_device])
         except cl.Error as error:
             self.counts["build_errors"] += 1
             raise KernelBuildError(name, str(error)) from None

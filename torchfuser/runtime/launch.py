@@ -8,6 +8,7 @@ lookup per launch.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -15,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from torchfuser.ir.kernels import FusedKernel, kind_of
-from torchfuser.ir.layout import layout_signature
+from torchfuser.ir.layout import extent, layout_signature
 
 VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
 
@@ -30,6 +31,8 @@ class Launch:
     # Work-group size. Left to PoCL it picks groups of up to 4096 items, and a launch of one group
     # leaves all but one CPU thread idle: the kernels choose small groups (global sizes are padded).
     local_size: tuple | None = None
+    flops: float = 0.0  # the arithmetic it does (GEMMs, attention; 0 where bytes decide)
+    nbytes: int = 0  # the bytes it reads and writes (configure() fills it in)
     # arguments() only places the buffers it is given (never looks at them), and everything else in it
     # follows from the input layout and offsets: the executor then builds the list once and swaps in
     # buffers per call. A subclass whose arguments change otherwise sets this False.
@@ -56,6 +59,8 @@ def configure(node: FusedKernel, inputs, device_type: str = "CPU") -> Launch:
     launch = memo.get(key)
     if launch is None:
         launch = memo[key] = kind_of(node).configure(node, inputs, device_type)
+        launch.nbytes = sum(extent(t) * t.dtype.itemsize for t in inputs) + sum(
+            math.prod(shape) * dtype.itemsize for shape, _, dtype in launch.outputs)
     return launch
 
 

@@ -46,7 +46,8 @@ def test_the_search_times_every_candidate_and_keeps_a_correct_winner(tuning):
     assert record["winner"] in record["candidates"] and all(t > 0 for t in record["candidates"].values())
     stored = json.loads((tuning / "tuning.json").read_text())
     (entries,) = stored["devices"].values()
-    assert [e["winner"] for e in entries.values()] == [record["winner"]]
+    gemms = [e for key, e in entries.items() if not key.startswith("lane rates")]  # also: the lanes' rates
+    assert [e["winner"] for e in gemms] == [record["winner"]]
 
 
 def test_timing_rounds_rotate_so_no_candidate_always_follows_the_host_blas(tuning, monkeypatch):

@@ -1,0 +1,122 @@
+"""Where a launch runs on a CPU device: in the calling thread, or on PoCL's worker threads.
+
+Waking the threaded device's workers and waiting for them costs tens of microseconds per call; a kernel
+that takes less than that on one core is done sooner in the calling thread (PoCL's basic device,
+`Device.inline`). Each launch configuration is placed by its work (the bytes it moves, the FLOPs it
+computes) and the rates measured on this machine: copy bandwidth and FMA throughput of one thread and of
+all workers, and what one wake-and-wait of the workers costs. The rates are measured once per device
+(a few ms) and kept in the tuning database.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from torchfuser.runtime.tuning_db import TuningDatabase
+
+INLINE, THREADED = "inline", "threaded"
+_RATES_KEY = "lane rates v1"
+_COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
+_PROBES = """
+__kernel void copy16(__global const float16* src, __global float16* dst) {
+  dst[get_global_id(0)] = src[get_global_id(0)];
+}
+__kernel void fma16(__global float* out, const int n) {
+  float16 a = (float16)(get_global_id(0) * 1e-9f), b = (float16)(0.999f);
+  float16 c0 = a, c1 = a + 1, c2 = a + 2, c3 = a + 3, c4 = a + 4, c5 = a + 5, c6 = a + 6, c7 = a + 7;
+  for (int i = 0; i < n; ++i) {
+    c0 = fma(c0, b, a); c1 = fma(c1, b, a); c2 = fma(c2, b, a); c3 = fma(c3, b, a);
+    c4 = fma(c4, b, a); c5 = fma(c5, b, a); c6 = fma(c6, b, a); c7 = fma(c7, b, a);
+  }
+  vstore16(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7, get_global_id(0), out);
+}
+__kernel void nothing(__global float* out) { }
+"""
+
+
+@dataclass(frozen=True)
+class LaneRates:
+    inline_bytes_per_s: float
+    inline_flops_per_s: float
+    threaded_bytes_per_s: float
+    threaded_flops_per_s: float
+    wake_seconds: float  # one launch of an empty kernel on the threaded device, idle before, and the wait for it
+
+    def seconds(self, lane: str, flops: float, nbytes: float) -> float:
+        """The time a launch of this work is expected to take in `lane`, from the call to its result."""
+        if lane == INLINE:
+            return max(flops / self.inline_flops_per_s, nbytes / self.inline_bytes_per_s)
+        return max(flops / self.threaded_flops_per_s, nbytes / self.threaded_bytes_per_s) + self.wake_seconds
+
+
+def choose_lane(rates: LaneRates | None, flops: float, nbytes: float) -> tuple[str, str]:
+    """(lane, why in words) for a launch of this work; threaded where there is no in-thread device."""
+    if rates is None:
+        return THREADED, "the device has no in-thread companion"
+    inline, threaded = rates.seconds(INLINE, flops, nbytes), rates.seconds(THREADED, flops, nbytes)
+    lane = INLINE if inline <= threaded else THREADED
+    return lane, (f"{'in the calling thread' if lane == INLINE else 'on the worker threads'}: expected "
+                  f"{inline * 1e6:.0f} us in the calling thread, {threaded * 1e6:.0f} us threaded "
+                  f"(with {rates.wake_seconds * 1e6:.0f} us to wake the workers)")
+
+
+def lane_rates(device) -> LaneRates | None:
+    """The measured rates for a device with an in-thread companion (from the tuning database when there)."""
+    if device.inline is None:
+        return None
+    database = TuningDatabase()
+    stored = database.get(device.identity, _RATES_KEY)
+    if stored is not None:
+        try:
+            return LaneRates(**stored)
+        except TypeError:
+            pass  # another layout: measure again
+    rates = _measure(device)
+    database.put(device.identity, _RATES_KEY, asdict(rates))
+    return rates
+
+
+def _measure(device) -> LaneRates:
+    import pyopencl as cl
+
+    context = device.context
+    program = cl.Program(context, _PROBES).build(devices=[device.cl_device, device.inline.cl_device])
+    src = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
+    dst = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
+    fma_items, loops = 64 * device.cl_device.max_compute_units, 2000
+    out = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, 64 * fma_items)
+    rates = []
+    for dev in (device.inline, device):
+        copy, fma = cl.Kernel(program, "copy16"), cl.Kernel(program, "fma16")
+        copy.set_args(src, dst)
+        fma.set_args(out, np.int32(loops))
+        copy_s = _best(dev.queue, copy, (_COPY_BYTES // 64,), (16,))
+        fma_s = _best(dev.queue, fma, (fma_items,), (1,))
+        rates += [2 * _COPY_BYTES / copy_s, fma_items * loops * 8 * 16 * 2 / fma_s]
+    nothing = cl.Kernel(program, "nothing")
+    nothing.set_args(out)
+    wakes = []
+    for _ in range(11):
+        time.sleep(0.002)  # long enough for the workers to go to sleep, as they do between calls
+        started = time.perf_counter()
+        cl.enqueue_nd_range_kernel(device.queue, nothing, (1,), (1,))
+        device.queue.finish()
+        wakes.append(time.perf_counter() - started)
+    return LaneRates(*rates, wake_seconds=statistics.median(wakes))
+
+
+def _best(queue, kernel, global_size, local_size, repeats: int = 3) -> float:
+    """Best profiled time of a few launches (the first one compiles the work-group function)."""
+    import pyopencl as cl
+
+    cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size).wait()
+    times = []
+    for _ in range(repeats):
+        event = cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
+        event.wait()
+        times.append((event.profile.end - event.profile.start) * 1e-9)
+    return min(times)
