@@ -13,6 +13,7 @@ timed in the same interleaved rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 
@@ -41,6 +42,14 @@ FLOP_BOUND = {"gemm", "mlp", "gpt2", "llama"}
 BANDWIDTH_BOUND = {"small", "decode", "gemv"}
 
 
+def _load_line(when: str) -> str:
+    """The 1-minute load average against the CPUs: other processes' work slows every candidate, and PyTorch's
+    OpenMP barriers worst of all (a 30 us eager MLP took 1-24 ms while another process held a CPU)."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    text = f"load average {when}: {load:.2f} on {cpus} CPUs"
+    return text + ("  << other processes were busy: expect noisy rows" if load > 0.5 * cpus else "")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchfuser.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1M,16M", help=f"comma-separated, among {','.join(SIZES)}")
@@ -64,6 +73,7 @@ def main(argv=None) -> int:
     device = get_device()
     print(f"torchfuser {torchfuser.__version__} on {device.name if device else 'no OpenCL device'}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(_load_line("at the start"))
     print("steady state: medians over rounds of interleaved blocks of back-to-back calls (order rotated each round)")
     print(TIMES_NOTE + "\n")
     hf_wanted = [s for s in sections if s in ("gpt2", "llama", "decode")]
@@ -113,6 +123,7 @@ def main(argv=None) -> int:
         again = timed("ceilings", lambda: format_ceilings(copy_bandwidth() if copy else None,
                                                           fma_ceiling() if fma else None))
         print("ceilings again at the end (drift check, not used above):\n" + again + "\n")
+    print(_load_line("at the end"))
     print(f"bench took {time.perf_counter() - started:.0f} s ("
           + ", ".join(f"{k} {v:.0f}" for k, v in spent.items()) + ")")
     return 0

@@ -1,11 +1,12 @@
 """`python -m torchfuser.bench_attention`: the fused attention kernel against eager SDPA and inductor.
 
-Interleaved medians in one process (quote the ratio columns: these machines are noisy, side-by-side
-ratios are not), plus the kernel's own profiled time from the CompileReport, plus eager and torchfuser
-each timed back to back ("alone"). Interleaving has a catch here: torch's OpenMP threads spin for a while
-after each eager or inductor call and take the cores from the OpenCL kernel that runs next (GPT-2 shape,
-non-causal: 2.9 ms alone, 6.4 ms right after an eager call). Run with OMP_WAIT_POLICY=PASSIVE to compare
-without that, or read the "alone" columns.
+Steady-state medians of interleaved blocks in one process (quote the ratio columns: these machines are noisy,
+side-by-side ratios are not), plus the kernel's own profiled time from the CompileReport, plus eager and
+torchfuser each timed alone. Interleaving has a catch here: torch's OpenMP threads spin for a while after each
+eager or inductor call and take the cores from the OpenCL kernel that runs next (GPT-2 shape, non-causal:
+2.9 ms alone, 6.4 ms right after an eager call); the timer's untimed lead-in calls before each block absorb
+most of it (runtime/timing.py), the "alone" columns show what is left, and OMP_WAIT_POLICY=PASSIVE removes it.
+No inductor+freezing column here: SDPA has no parameters to freeze.
 
 "first call s" is the compiled function's first call: tracing, passes, kernel builds and the first launch
 (PoCL compiles the work-group function there, not in clBuildProgram). For cold numbers run with

@@ -33,15 +33,16 @@ def _fma_source(chains: int) -> str:
 FMA_VARIANTS = ((8, 1), (8, 4), (16, 4), (16, 16))
 
 
-def fma_ceiling(rounds: int = 6, flop_per_launch: float = 2e9) -> float | None:
+def fma_ceiling(rounds: int = 20, flop_per_launch: float = 2e9) -> float | None:
     """FLOP/s upper bound of the torchfuser device: the best of independent float16 FMA chains.
 
     Each variant of FMA_VARIANTS (chains per work-item, explicit local size) is launched as 16 work-groups per
     compute unit: many more work-groups than PoCL has worker threads, so that no thread idles (the previous
     probe left the local size to PoCL, which put all 256 items in one work-group: one of the two threads idled
     and it measured 117 GFLOP/s while our GEMM ran at 174-196). Every launch does ~flop_per_launch FLOP (~10 ms),
-    the variants launch in turn for `rounds` rounds, and each launch's profiled time (kernel only) counts:
-    the result is the best launch of the best variant, as noise only slows a launch down. No data is read in
+    the variants launch in turn for `rounds` rounds (~1 s in all, so that a burst of another process's work
+    does not cover every launch), and each launch's profiled time (kernel only) counts: the result is the best
+    launch of the best variant, as noise only slows a launch down. No data is read in
     the loop, so nothing but the FMA units limits it; a FMA counts 2 FLOP. None without an OpenCL device.
     """
     import pyopencl as cl
@@ -123,5 +124,5 @@ def format_ceilings(copy: dict | None, fma: float | None) -> str:
                      f"-> ceiling {copy['ceiling'] / 1e9:.1f} GB/s (the best way)")
     if fma:
         lines.append(f"FMA ceiling: {fma / 1e9:.0f} GFLOP/s (OpenCL float16 FMA chains, "
-                     f"{len(FMA_VARIANTS)} shapes x 6 launches, best)")
+                     f"{len(FMA_VARIANTS)} shapes x 20 launches, best)")
     return "\n".join(lines)
