@@ -1,9 +1,11 @@
 """The lowering of a torch-level graph to core ATen, and compiling once per input signature.
 
-Lowering goes through aot_autograd (`aot_module_simplified`): it functionalises, lifts parameters to inputs,
-decomposes to core ATen, keeps node provenance (stack_trace, nn_module_stack) and, when gradients are
-needed, hands over a backward graph that takes the same passes. Ops a pass wants whole (passes.kept_ops:
-silu, SDPA) are not decomposed.
+Where gradients are needed, lowering goes through aot_autograd (`aot_module_simplified`): it functionalises,
+decomposes to core ATen, keeps node provenance (stack_trace, nn_module_stack) and hands over a backward
+graph that takes the same passes. Inference graphs (no input needs a gradient) are traced to core ATen
+directly, functionalised the same way (mutations of inputs become copies back into them at the end), and
+the compiled plan is what Dynamo calls: aot_autograd's runtime wrappers would cost more per call than a
+small graph's kernels. Ops a pass wants whole (passes.kept_ops: silu, SDPA) are not decomposed.
 """
 
 from __future__ import annotations
@@ -11,8 +13,15 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.fx as fx
+import torch.fx.traceback as fx_traceback
 from torch._decomp import core_aten_decompositions
+from torch._dispatch.python import enable_python_dispatcher
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.func import functionalize
+from torch.nn.utils.stateless import _reparametrize_module
 
 from torchfuser.driver import compile_aten_graph
 from torchfuser.options import Options
@@ -27,18 +36,30 @@ def decompositions() -> dict:
 
 
 def lower_and_compile(gm, example_inputs, options: Options, *, title="graph"):
-    """torch-level gm → aot_autograd → compiled forward (and backward); returns the aot callable."""
+    """torch-level gm → core ATen → compiled plan(s); returns what Dynamo (or compile_fx) calls."""
     started = time.perf_counter()
     captured = snapshot_graph(gm)
+    if not needs_autograd(example_inputs):
+        state = module_state(gm)
+        aten_gm = lower_for_inference(gm, state, example_inputs)
+        compiled = compile_aten_graph(aten_gm, options, title=f"{title} forward", captured=captured, started=started)
+        run, lifted = compiled.plan.run, list(state.values())
+
+        def call(*args):  # Dynamo's guards (or compiled_per_signature's key) fix the inputs' layouts
+            return run(lifted + list(args) if lifted else args, True)
+
+        call.compiled = compiled
+        return call
 
     def compiler_for(kind):
         def compile_graph(aten_gm, aten_inputs):
             compiled = compile_aten_graph(aten_gm, options, title=f"{title} {kind}", captured=captured,
                                           started=started)
             run = compiled.plan.run
+            trusted = kind == "forward"  # Dynamo's guards (or compiled_per_signature's key) fix its input layouts
 
             def boxed(args):  # aot_autograd's boxed convention (one list in) is what Plan.run takes
-                return run(args)
+                return run(args, trusted)
 
             boxed._boxed_call = True
             boxed.compiled = compiled
@@ -50,9 +71,66 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph"):
                                  bw_compiler=compiler_for("backward"), decompositions=decompositions())
 
 
+def needs_autograd(example_inputs) -> bool:
+    """Gradients will flow through the graph (or an input is a tensor subclass aot_autograd must unwrap)."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if any(type(t) not in (torch.Tensor, torch.nn.Parameter, FakeTensor) for t in tensors):
+        return True
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def module_state(gm: fx.GraphModule) -> dict:
+    """The tensors gm holds (parameters, buffers, tensor constants it reads): lifted to graph inputs, as
+    aot_autograd lifts them (Dynamo's graphs usually take their parameters as inputs already)."""
+    state = {**dict(gm.named_parameters(remove_duplicate=False)), **dict(gm.named_buffers(remove_duplicate=False))}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target not in state:
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            if isinstance(value, torch.Tensor):
+                state[node.target] = value
+    return state
+
+
+def lower_for_inference(gm: fx.GraphModule, state: dict, example_inputs) -> fx.GraphModule:
+    """The core-ATen graph of gm with its state lifted to the first inputs, functionalised, traced on fake
+    tensors (Dynamo's own fake mode when it has one), each node keeping the meta of the node it came from."""
+    fake_mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
+    fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
+             for t in [*state.values(), *example_inputs]]
+    names = list(state)
+
+    def run(*args):
+        with _reparametrize_module(gm, dict(zip(names, args[: len(names)]))):
+            return fx.Interpreter(gm).run(*args[len(names):])  # node by node: preserve_node_meta sees each
+
+    with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta():
+        traced = make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions(),
+                         record_module_stack=True)(*fakes)
+    traced.graph.eliminate_dead_code()  # make_fx keeps what nothing reads (unused results of multi-output ops)
+    return _without_inner_aliases(traced)
+
+
+def _without_inner_aliases(gm: fx.GraphModule) -> fx.GraphModule:
+    """Functionalisation leaves `alias` nodes (e.g. behind a torch.tensor constant) that aot_autograd's graphs do
+    not have; in a graph with no mutations they are the value itself, and they would split fusion groups.
+    An alias the graph returns stays: eager returns a new tensor object there."""
+    outputs = {n for node in gm.graph.nodes if node.op == "output" for n in node.all_input_nodes}
+    aliases = [n for n in gm.graph.nodes if n.target is torch.ops.aten.alias.default and n not in outputs]
+    for node in aliases:
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+    if aliases:
+        gm.recompile()
+    return gm
+
+
 def input_signature(args) -> tuple:
-    """What a shape-specialised compile depends on: each tensor's shape, dtype and grad flag, other values."""
-    return tuple((tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args)
+    """What a shape-specialised compile depends on: each tensor's shape, strides, dtype and grad flag, other
+    values (the compiled plan trusts its inputs' layouts to be these)."""
+    return tuple((tuple(a.shape), a.stride(), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
+                 for a in args)
 
 
 def compiled_per_signature(compile_for):

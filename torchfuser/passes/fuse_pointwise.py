@@ -196,6 +196,8 @@ def _is_convex(members: set, position: dict) -> bool:
 def _replace_group(gm: fx.GraphModule, group: list[fx.Node], group_id: int, in_range: frozenset) -> None:
     members = set(group)
     outputs = [n for n in group if any(u not in members for u in n.users)]
+    if not outputs:
+        return  # nothing reads the group: it is erased with the others
     meta = tensor_meta(outputs[-1])
     if any(tensor_meta(n).shape != meta.shape for n in outputs):
         raise RuntimeError(f"pointwise group {group_id}: outputs of different shapes")  # a grouping bug

@@ -1,18 +1,15 @@
 """Peak intermediate memory of a graph run in order, freeing each buffer after its last use.
 
-Used for the report: the fused graph's peak beside the eager (aten) graph's. A view (and a tuple item)
-allocates nothing and keeps the buffer it views alive for as long as it is used itself; graph inputs and
-outputs are not intermediates.
+Used for the report: the fused graph's peak beside the eager (aten) graph's. Buffers and their lifetimes
+come from ir/liveness.py; graph inputs and outputs are not intermediates.
 """
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.aten import VIEW_OPS
+from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 
 
 def _nbytes(val) -> int:
@@ -25,18 +22,9 @@ def _nbytes(val) -> int:
 
 def peak_intermediate_bytes(gm: fx.GraphModule) -> int:
     nodes = list(gm.graph.nodes)
-    owner: dict[fx.Node, fx.Node] = {}  # node -> the allocating node whose buffer it uses
-    for node in nodes:
-        aliases = node.op == "call_function" and (node.target in VIEW_OPS or node.target is operator.getitem)
-        source = node.args[0] if aliases and isinstance(node.args[0], fx.Node) else None
-        owner[node] = owner.get(source, source) if source is not None else node
-    last_use: dict[fx.Node, int] = {}
-    outputs = set()
-    for i, node in enumerate(nodes):
-        for inp in node.all_input_nodes:
-            last_use[owner[inp]] = i
-        if node.op == "output":
-            outputs |= {owner[n] for n in node.all_input_nodes}
+    owner = buffer_owners(nodes)
+    last_use = last_uses(nodes, owner)
+    outputs = output_owners(nodes, owner)
     live = peak = 0
     frees: dict[int, list[int]] = {}
     for i, node in enumerate(nodes):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 
 import torch
 
@@ -110,7 +111,7 @@ class Bound:
     """
 
     __slots__ = ("launch", "built", "kernel", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "inline")
+                 "arguments", "inline", "planned", "planned_buffers", "memo", "offsets")
 
     def __init__(self, launch: Launch, built, label: str, exclusive: bool = False, lane: str = THREADED):
         self.launch, self.built, self.label = launch, built, label
@@ -120,6 +121,12 @@ class Bound:
         self.typed = False  # scalar argument dtypes declared on self.kernel
         self.armed = None  # the argument list self.kernel holds (exclusive kernels only)
         self.outputs = [OutputLayout.of(*o) for o in launch.outputs]
+        self.planned: list | None = None  # outputs in a plan's planned blocks (the same tensors every call)
+        self.planned_buffers: list | None = None
+        # per input: [weak ref to the tensor, its address, buffer] of the last call where the input may be
+        # long-lived (a weight, a planned result: the same tensor comes again), else None
+        self.memo: list = []  # (empty: no input is remembered)
+        self.offsets: tuple | None = None  # the input offsets of the last enqueue
         self.prepares = type(launch).prepare is not Launch.prepare
         self.arguments: dict[tuple, tuple[list, list]] = {}  # input offsets -> (argument list, slot positions)
 
@@ -140,7 +147,7 @@ class Bound:
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
-    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded")
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "planned")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -152,6 +159,8 @@ class Call:
         # whose cl.Kernel no other launch sets arguments on before they are enqueued.
         self.pending: list | None = [] if runtime.defer_launches else None
         self.threaded = False  # threaded launches were enqueued since the last wait for them
+        self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
+        self.planned = False  # its kernels may write into the plan's planned blocks
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = configure(target, inputs, self.runtime.device.type_name)
@@ -166,21 +175,32 @@ class Call:
             built = on_build(launch.spec, lane) if on_build else self.runtime.build(launch.spec, lane)[0]
         return self.enqueue(Bound(launch, built, label or target.__name__, lane=lane), inputs)
 
-    def enqueue(self, bound: Bound, inputs):
-        """Allocate the outputs, bind this call's buffers into the bound argument list and enqueue."""
-        allocate = self.runtime.arena.allocate
-        outs = [allocate(layout) for layout in bound.outputs]
+    def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False):
+        """Allocate the outputs (unless given: planned ones), bind this call's buffers into the bound argument
+        list and enqueue. same_offsets: the inputs' storage offsets are those of the bound's last enqueue."""
+        if outs is None:
+            allocate = self.runtime.arena.allocate
+            outs = [allocate(layout) for layout in bound.outputs]
         launch = bound.launch
         if not launch.empty:
             if bound.prepares:
                 inputs = launch.prepare(list(inputs), self)
-            bind = self.binding.bind
-            buffers = [bind(t) for t in inputs]
-            if None in buffers:  # misaligned user memory: copy it once into aligned memory
-                inputs = [self._aligned(t) if b is None else t for t, b in zip(inputs, buffers)]
+            buffers = self._input_buffers(bound, inputs)
+            if buffers is None:  # misaligned user memory: copy it once into aligned memory
+                bind = self.binding.bind
+                inputs = [self._aligned(t) if bind(t) is None else t for t in inputs]
                 buffers = [bind(t) for t in inputs]
-            buffers += [self.binding.output_buffer(o) for o in outs]
-            offsets = tuple([t.storage_offset() for t in inputs])
+                offsets = tuple([t.storage_offset() for t in inputs])  # this call's only
+            elif not same_offsets or bound.offsets is None:
+                offsets = bound.offsets = tuple([t.storage_offset() for t in inputs])
+            else:
+                offsets = bound.offsets
+            if outs is bound.planned and not self.binding.tracks_writes:
+                if bound.planned_buffers is None:
+                    bound.planned_buffers = [self.binding.output_buffer(o) for o in outs]
+                buffers += bound.planned_buffers
+            else:
+                buffers += [self.binding.output_buffer(o) for o in outs]
             self._set_arguments(bound, buffers, offsets)
             cl = _cl or _pyopencl()
             if bound.inline:  # runs now, in this thread, once what the threaded queue holds is done
@@ -200,11 +220,31 @@ class Call:
                     self.threaded = True
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                     self.dirty.add(o.data_ptr())
-            self.alive.append((inputs, outs))
+                self.alive.append((inputs, outs))
             if self.binding.tracks_writes:
                 for o, buffer in zip(outs, buffers[len(inputs):]):
                     self.binding.wrote(o, buffer)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _input_buffers(self, bound: Bound, inputs) -> list | None:
+        """The buffers of the inputs (None if one is misaligned); long-lived inputs seen last time are not
+        looked up again (a weight, a planned result: the same tensor at the same address)."""
+        bind = self.binding.bind
+        if self.binding.tracks_writes or not bound.memo:  # buffers are this call's uploads: no memo
+            buffers = [bind(t) for t in inputs]
+            return None if None in buffers else buffers
+        buffers = []
+        for t, seen in zip(inputs, bound.memo):
+            if seen is not None and seen[0]() is t and seen[1] == t.data_ptr():
+                buffers.append(seen[2])
+                continue
+            buffer = bind(t)
+            if buffer is None:
+                return None
+            if seen is not None:  # weakly: the memo must not keep user memory alive
+                seen[0], seen[1], seen[2] = weakref.ref(t), t.data_ptr(), buffer
+            buffers.append(buffer)
+        return buffers
 
     def _set_arguments(self, bound: Bound, buffers: list, offsets: tuple) -> None:
         kernel = bound.kernel

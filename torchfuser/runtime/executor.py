@@ -5,10 +5,14 @@ read, so no sync), or a PyTorch fallback. A fallback that reads memory a pending
 synchronises; otherwise the queue is finished once, at the end. Tensors that enqueued kernels use stay
 referenced until that sync, so neither torch nor the arena can recycle memory a kernel still reads.
 
-Steady calls are cheap: each kernel step keeps, per input layout, its configured launch, output layouts
-and kernel argument list (offsets and scalars filled in once); a call only swaps in the buffers of this
-call's tensors, and sets the kernel's arguments only when one of them differs from what the kernel holds.
-On CPU devices the launches of a call are enqueued together when something first waits for them.
+Steady calls replay what the call before them set up. Intermediate results that no output can reach live
+in blocks planned once by liveness (memory.PlannedBlocks), so their kernels keep the same buffers bound;
+outputs come fresh from the host arena, as eager's do. Each kernel step keeps, per input layout, its
+configured launch and argument list (offsets and scalars filled in once); a call only swaps in the buffers
+of this call's tensors, and sets a kernel's arguments only when one of them changed. When a call's inputs
+have the layouts of the call before it (the caller's guards vouch for shapes and strides: `trusted`),
+every step whose inputs come from the graph's inputs, its kernels or views of them reuses its last launch
+without looking at its arguments' layouts, and views of unchanged tensors are reused as they are.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ from __future__ import annotations
 import operator
 import warnings
 
+import torch
 import torch.fx as fx
 
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
+from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import THREADED
 from torchfuser.runtime.launch import configure
+from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 
@@ -31,19 +38,27 @@ PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
-    __slots__ = ("target", "name", "plan", "bound")
+    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived")
 
-    def __init__(self, target: FusedKernel, name: str, plan: "Plan"):
+    def __init__(self, target: FusedKernel, name: str, plan: "Plan", blocks: list | None, trusts_layouts: bool,
+                 long_lived: list[bool]):
         self.target, self.name, self.plan = target, name, plan
         self.bound: dict[tuple, Bound] = {}
+        self.last: Bound | None = None  # the launch of the last call
+        self.blocks = blocks  # planned block per output, or None: fresh outputs (they reach the graph's outputs)
+        self.trusts_layouts = trusts_layouts  # every input comes from the graph's inputs or kernels
+        self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
 
     def __call__(self, call: Call | None, args):
         if call is not None and self.name not in self.plan.fallback_nodes:
-            bound = self.bound.get(tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args]))
+            steady = call.steady and self.trusts_layouts
+            bound = self.last if steady else None
             try:
                 if bound is None:
-                    bound = self._bind(call, args)
-                return call.enqueue(bound, args)
+                    key = tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])
+                    bound = self.bound.get(key) or self._bind(call, args, key)
+                    self.last = bound
+                return call.enqueue(bound, args, bound.planned if call.planned else None, steady)
             except KernelBuildError as error:  # a new input layout whose kernel does not build
                 self.plan.fallback_nodes[self.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
                 warnings.warn(f"torchfuser: {error}; {self.name} runs in PyTorch from now on", RuntimeWarning)
@@ -51,15 +66,36 @@ class KernelStep:
             call.before_host_read(tensors_in(args))  # the PyTorch fallback reads on the host
         return self.target.reference(*args)
 
-    def _bind(self, call: Call, args) -> Bound:
+    def _bind(self, call: Call, args, key: tuple) -> Bound:
         launch = configure(self.target, args, call.runtime.device.type_name)
         lane = THREADED if launch.empty else call.runtime.lane(launch)[0]
         built = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
         bound = Bound(launch, built, self.name, exclusive=True, lane=lane)
+        if self.blocks is not None:
+            planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
+            bound.planned = None if None in planned else planned
+        if not launch.fresh_prepared:
+            bound.memo = [[_dead, 0, None] if keep else None for keep in self.long_lived]
         if len(self.bound) >= 64:  # layouts that keep changing: do not grow without bound
             self.bound.clear()
-        self.bound[tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])] = bound
+        self.bound[key] = bound
         return bound
+
+
+def _dead():
+    return None
+
+
+class ViewCache:
+    """The view a step made of a tensor last time: the same tensor with the same storage gives the same view.
+    Only views of weights (parameters) and of planned results are kept: a kept view keeps its base alive,
+    which must never be the user's memory."""
+
+    __slots__ = ("base", "address", "view", "planned")
+
+    def __init__(self, planned: bool):
+        self.base = self.address = self.view = None
+        self.planned = planned  # the base is a planned result
 
 
 def _fetcher(value, index):
@@ -93,13 +129,16 @@ class Plan:
         self.fallback_nodes = fallback_nodes  # fused node name -> why it runs in PyTorch
         nodes = list(gm.graph.nodes)
         index = {n: i for i, n in enumerate(nodes)}
-        last_use = {}
-        for i, node in enumerate(nodes):
-            for inp in node.all_input_nodes:
-                last_use[inp] = i
+        owner = buffer_owners(nodes)
+        last_use = last_uses(nodes, owner)
         free_after = [[] for _ in nodes]
-        for node, i in last_use.items():
-            free_after[i].append(index[node])
+        for node in nodes:  # a value is dropped after its own last use (its buffer may live on in a view)
+            if node.users:
+                free_after[max(index[u] for u in node.users)].append(index[node])
+        blocks = _plan_blocks(nodes, owner, last_use)
+        self.memory = PlannedBlocks(blocks.capacities)
+        trusted = _trusted_values(nodes, owner)
+        to_output = _reaching_output(nodes)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
         self.steps = []
@@ -109,13 +148,25 @@ class Plan:
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS else FALLBACK)
-                target = KernelStep(node.target, node.name, self) if kind == KERNEL else node.target
+                target = node.target
+                if kind == KERNEL:
+                    long_lived = [isinstance(a, fx.Node) and (owner[a].op in ("placeholder", "get_attr")
+                                                              or owner[a] in blocks.of) for a in node.args]
+                    target = KernelStep(node.target, node.name, self, blocks.of.get(node),
+                                        all(i in trusted for i in node.all_input_nodes), long_lived)
+                cache = None
+                if (kind == VIEW and node.target is not operator.getitem and node not in to_output
+                        and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
+                        and not any(isinstance(a, fx.Node) for a in node.args[1:])):
+                    cache = ViewCache(owner[node] in blocks.of)
                 kwargs = _fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
-                                   tuple(free_after[i])))
+                                   tuple(free_after[i]), cache))
         self.stats: dict[str, KernelStats] = {}
         self.built: dict = {}  # (spec, lane) -> BuiltKernel (skips the cache lookup on steady calls)
         self.calls = 0
+        self._last_signature = None  # the input layouts of the last call that completed
+        self._running = False
 
     def kernel_for(self, spec, lane: str):
         built = self.built.get((spec, lane))
@@ -124,32 +175,48 @@ class Plan:
             self.built[(spec, lane)] = built
         return built
 
-    def run(self, args):
+    def run(self, args, trusted: bool = False):
+        """Run the graph on `args`. trusted: the caller guarantees shapes, strides and dtypes of these inputs
+        are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
         if len(args) != len(self.placeholders):
             raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
-        call = Call(self.runtime) if self.runtime is not None else None
+        signature = _signature(args, trusted)
+        call = None
+        if self.runtime is not None:
+            call = Call(self.runtime)
+            call.steady = signature == self._last_signature
+            call.planned = not self._running  # a re-entrant call must not share the planned blocks
+        self._last_signature = None
+        reentrant, self._running = self._running, True
         try:
             output = self._run_steps(env, call)
         finally:  # also when a step raises: kernels still running must not outlive their buffers
+            self._running = reentrant
             if call is not None:
                 call.sync()
+        self._last_signature = signature
         if call is not None and call.events:
             self._record(call)
         self.calls += 1
         return output
 
     def _run_steps(self, env: list, call):
-        for slot, kind, target, get_args, kw_names, get_kwargs, free in self.steps:
+        steady = call is not None and call.steady
+        for slot, kind, target, get_args, kw_names, get_kwargs, free, cache in self.steps:
             args = get_args(env)
             if kind == KERNEL:
                 env[slot] = target(call, args)
+            elif cache is not None and steady and cache.base is args[0] and cache.address == args[0].data_ptr():
+                env[slot] = cache.view
             else:
                 kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
                 if kind == VIEW:
                     env[slot] = target(*args, **kwargs)
+                    if cache is not None and (cache.planned or isinstance(args[0], torch.nn.Parameter)):
+                        cache.base, cache.address, cache.view = args[0], args[0].data_ptr(), env[slot]
                 elif kind == FALLBACK:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))
@@ -170,6 +237,65 @@ class Plan:
             if profile:
                 stats.profiled += 1
                 stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+def _signature(args, trusted: bool) -> tuple:
+    """What a steady call must share with the call before it: storage offsets (trusted), else full layouts."""
+    if trusted:
+        return tuple([a.storage_offset() if isinstance(a, torch.Tensor) else a for a in args])
+    return tuple([(a.shape, a.stride(), a.storage_offset(), a.dtype) if isinstance(a, torch.Tensor) else a
+                  for a in args])
+
+
+def _trusted_values(nodes, owner) -> set:
+    """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results and views
+    of them (a PyTorch fallback's result is not counted: its layout is the op's business)."""
+    return {n for n in nodes if owner[n].op in ("placeholder", "get_attr") or isinstance(owner[n].target, FusedKernel)}
+
+
+def _reaching_output(nodes) -> set:
+    """Nodes whose value is an output or viewed by one (such views are made fresh every call, as eager does)."""
+    found = set()
+    for node in reversed(nodes):
+        if node.op == "output" or any(u in found for u in node.users if u.op == "output" or
+                                      u.target is operator.getitem or u.target in VIEW_OPS):
+            found.add(node)
+    return found
+
+
+class _Blocks:
+    def __init__(self):
+        self.capacities: list[int] = []
+        self.of: dict = {}  # kernel node -> [block per output]
+
+
+def _plan_blocks(nodes, owner, last_use) -> _Blocks:
+    """Blocks for the results of kernels that no output reaches: best fit among the blocks free at the node
+    (a node's own inputs are released only after its outputs are placed, since it reads them as it writes)."""
+    outputs = output_owners(nodes, owner)
+    blocks = _Blocks()
+    free: list[int] = []
+    release: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        if isinstance(node.target, FusedKernel) and owner[node] is node and node not in outputs and node.users:
+            values = node.meta.get("val")
+            values = values if isinstance(values, (tuple, list)) else [values]
+            placed = []
+            for value in values:
+                need = OutputLayout.of(value.shape, value.stride(), value.dtype).nbytes if isinstance(
+                    value, torch.Tensor) else 0
+                fits = [b for b in free if blocks.capacities[b] >= need]
+                if fits:
+                    block = min(fits, key=blocks.capacities.__getitem__)
+                    free.remove(block)
+                else:
+                    block = len(blocks.capacities)
+                    blocks.capacities.append(need)
+                placed.append(block)
+            blocks.of[node] = placed
+            release.setdefault(last_use.get(node, i), []).extend(placed)
+        free += release.pop(i, [])
+    return blocks
 
 
 def _fetch_attr(gm, target: str):

@@ -152,8 +152,18 @@ class PackedWeights:
 
     def __init__(self):
         self._entries: dict = {}
+        self._last = (None, -1, None)  # (weak ref to the B tensor of the last call, its version, packed): steady
+        # calls pass the same view of a weight (executor's view cache), so one identity check finds its copy
 
     def get(self, b: torch.Tensor, tile_n: int, call=None) -> torch.Tensor:
+        last_ref, version, packed = self._last
+        if last_ref is not None and last_ref() is b and b._version == version and packed.shape[-1] == tile_n:
+            return packed
+        packed = self._lookup(b, tile_n, call)
+        self._last = (weakref.ref(b), b._version, packed)
+        return packed
+
+    def _lookup(self, b: torch.Tensor, tile_n: int, call) -> torch.Tensor:
         root = b._base if b._base is not None else b
         key = (id(root), tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
         entry = self._entries.get(key)
@@ -271,6 +281,8 @@ def _mnb(strides, dim) -> tuple:
 class ExternGemmLaunch(PointwiseLaunch):
     """The host BLAS writes A @ B into a fresh buffer (zero-copy: the kernel reads it where it lies), then the
     epilogue runs as a pointwise kernel over it: TorchInductor's extern-kernel-plus-epilogue idea."""
+
+    fresh_prepared = True  # the accumulator
 
     @classmethod
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternGemmLaunch":

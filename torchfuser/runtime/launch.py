@@ -37,6 +37,8 @@ class Launch:
     # follows from the input layout and offsets: the executor then builds the list once and swaps in
     # buffers per call. A subclass whose arguments change otherwise sets this False.
     static_arguments: ClassVar[bool] = True
+    # prepare() hands the kernel tensors made anew each call (not the inputs, nor long-lived copies of them)
+    fresh_prepared: ClassVar[bool] = False
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.

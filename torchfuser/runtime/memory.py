@@ -222,3 +222,33 @@ class _CopyingCall:
             cl.enqueue_copy(self.device.queue, host, buffer, is_blocking=False)
         self._dirty.clear()
         self.device.queue.finish()
+
+
+class PlannedBlocks:
+    """Host memory for a plan's intermediate results, assigned once by liveness (two values whose lives do
+    not overlap share a block) and kept from call to call: a steady call allocates nothing for them, and the
+    kernels keep the same buffers bound. Tensors are handed out per (value, layout) and reused."""
+
+    def __init__(self, capacities: list[int]):
+        self.capacities = capacities
+        self._raw: list[np.ndarray | None] = [None] * len(capacities)
+        self._tensors: dict[tuple, torch.Tensor] = {}
+
+    def tensor(self, block: int, layout: OutputLayout) -> torch.Tensor | None:
+        """A tensor with this layout at the start of the block; None when it does not fit (or the dtype has no
+        numpy twin): the caller allocates it elsewhere."""
+        key = (block, layout)
+        found = self._tensors.get(key)
+        if found is not None:
+            return found
+        np_dtype = _NUMPY_DTYPES.get(layout.dtype)
+        if np_dtype is None or not layout.nbytes or layout.nbytes > self.capacities[block]:
+            return None
+        if self._raw[block] is None:
+            self._raw[block] = np.empty(self.capacities[block] + ALIGNMENT, np.uint8)
+        raw = self._raw[block]
+        start = (-raw.ctypes.data) % ALIGNMENT
+        item = layout.dtype.itemsize
+        view = np.ndarray(layout.shape, np_dtype, buffer=raw, offset=start, strides=tuple(s * item for s in layout.stride))
+        found = self._tensors[key] = torch.from_numpy(view)
+        return found
