@@ -330,3 +330,33 @@ def test_integer_division_that_eager_may_refuse_stays_in_pytorch(divisor):
     assert torch.equal(compiled(fn)(x, d), fn(x, d))
     (fallback,) = torchfuser.last_report().fallbacks
     assert "eager raises for a zero divisor" in fallback.reason
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [((64, 1, 128), (1, 32, 128)), ((5, 1), (5, 7)), ((1,), (3, 0)),
+                                             ((3, 1, 1), (3, 4, 5))])
+def test_a_cheap_producer_that_broadcasts_into_its_consumer_joins_its_kernel(x_shape, y_shape):
+    """silu(x) is recomputed for every element of the product it broadcasts to: one kernel, not two."""
+    def fn(x, y):
+        return F.silu(x * 2) * y + 1
+
+    x, y = torch.randn(x_shape), torch.randn(y_shape)
+    x.view(-1)[:1] = float("nan")
+    y = y.transpose(-1, -2).contiguous().transpose(-1, -2)  # a non-contiguous consumer input
+    assert_close(compiled(fn)(x, y), fn(x, y))
+    assert len(torchfuser.last_report().kernels) == (1 if y.numel() else 0)
+
+
+def test_a_broadcast_producer_also_used_at_its_own_shape_or_too_long_stays_its_own_kernel():
+    def used_twice(x, y):
+        s = torch.sigmoid(x)
+        return s * y, s - 1
+
+    def expensive(x, y):
+        for _ in range(5):
+            x = torch.tanh(x) * 1.5 + 0.25  # ten ops: cheaper to write out once than to recompute 32 times
+        return x * y
+
+    x, y = torch.randn(16, 1, 8), torch.randn(16, 32, 8)
+    for fn in (used_twice, expensive):
+        assert_close(compiled(fn)(x, y), fn(x, y))
+        assert len(torchfuser.last_report().kernels) == 2

@@ -1,7 +1,8 @@
 """fuse_pointwise: every connected elementwise subgraph becomes one OpenCL kernel.
 
-Rule: walking the graph in order, an elementwise node (one with a lowering in ir/from_aten.POINTWISE)
-joins the groups of its elementwise producers that have the same output shape, as long as the merged
+Rule: walking the graph in order, an elementwise node (one with a lowering in lowering/from_aten.POINTWISE)
+joins the groups of its elementwise producers that have the same output shape, or a smaller one that
+broadcasts to it when the producer group is cheap to recompute (RECOMPUTE_MEMBERS), as long as the merged
 group stays convex (no path leaves the group and comes back, which would need a cycle). Each group
 becomes one `PointwiseKernel` node computing an SSA program; values used outside the group are its
 outputs. A single elementwise op is a group too: it still saves eager's allocation and dispatch.
@@ -28,6 +29,10 @@ float32, float64. Broadcast inputs, strided inputs and scalars are the kernel's 
     after:   y = tf_pointwise_group0(q, cos, hi, lo, sin)   # one kernel: v2, v3 read at j and j - 32,
              return y                                      # where(j < 32, -v2, v3) selects the half
 
+    before:  s = silu(x); m = mul(s, y); return m          # x [64, 1, 128], y [1, 32, 128]
+    after:   m = tf_pointwise_group0(x, y)              # silu recomputed for each of the 32 rows it meets
+             return m
+
     before:  e = lift_fresh_copy(c)                   # c = torch.tensor([]): eager's cat skips it
              k = cat([e, k_new], -2); return k        # KV cache append, k_new [B, H, T, D] strided
     after:   k = tf_pointwise_group1(k_new)           # a strided copy; index_dim -2 (a plain copy here)
@@ -50,6 +55,10 @@ from torchfuser.lowering.region import (
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
 aten = torch.ops.aten
+# A producer group this small is recomputed at every element of a larger consumer it broadcasts to, rather
+# than written out and read back (silu(x[64, 1, 128]) * y[1, 32, 128] is one kernel, as in inductor):
+# elementwise work is cheap next to the memory round trip.
+RECOMPUTE_MEMBERS = 8
 # silu stays one op of a program rather than mul(x, sigmoid(x)): lowering keeps it whole
 KEEP = (aten.silu.default, aten.silu_.default, aten.silu.out)
 # non-elementwise ops that pointwise kernels take, in words for the reasons they were not taken
@@ -133,9 +142,8 @@ def _grouping(fusible: list[fx.Node], position: dict, pinned: set) -> tuple[dict
         producers = {} if node.target is EMBEDDING else _producer_groups(node, group_of)  # it starts a group
         for group in sorted(producers, key=lambda g: min(position[n] for n in g)):
             via = producers[group]
-            if _fits(merged | group | via, shape_of[group], shape, reindexes or bool(via), pinned) and _is_convex(
-                merged | group | via, position
-            ):
+            if _fits(merged | group | via, shape_of[group], shape, reindexes or bool(via), pinned, len(group)) \
+                    and _is_convex(merged | group | via, position):
                 merged |= group | via
         merged = frozenset(merged)
         shape_of[merged] = shape
@@ -157,10 +165,11 @@ def _producer_groups(node: fx.Node, group_of: dict) -> dict[frozenset, set]:
     return found
 
 
-def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinned: set) -> bool:
+def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinned: set, producers: int) -> bool:
     """The merged cats and slices must run along one dim (a kernel indexes one); plain elementwise edges
-    need equal shapes; edges through a cat or a slice need equal shapes outside that dim, and no pinned
-    member of another shape."""
+    need equal shapes, or a cheap producer group (at most RECOMPUTE_MEMBERS ops) whose shape broadcasts to
+    the consumer's; edges through a cat or a slice need equal shapes outside that dim; no pinned member of
+    another shape either way."""
     dims = {index_dim(m) for m in members if m.target in INDEX_OPS}
     if len(dims) > 1:
         return False
@@ -169,11 +178,19 @@ def _fits(members: set, group_shape: tuple, shape: tuple, reindexes: bool, pinne
                     or any(a in members for m in gathers for a in m.args[:2])):
         return False  # a gather reads its table and indices from outside, at the identity position
     if not reindexes:
-        return group_shape == shape
+        if group_shape == shape:
+            return True
+        return (producers <= RECOMPUTE_MEMBERS and _broadcasts(group_shape, shape) and not dims and not gathers
+                and not any(m.target is ARANGE for m in members)
+                and not any(m in pinned and tuple(tensor_meta(m).shape) != shape for m in members))
     dim = len(shape) + (dims.pop() if dims else -1)
     if len(group_shape) != len(shape) or any(a != b for k, (a, b) in enumerate(zip(group_shape, shape)) if k != dim):
         return False
     return not any(m in pinned and tuple(tensor_meta(m).shape) != shape for m in members)
+
+
+def _broadcasts(small: tuple, shape: tuple) -> bool:
+    return len(small) <= len(shape) and all(s in (1, t) for s, t in zip(reversed(small), reversed(shape)))
 
 
 def _is_convex(members: set, position: dict) -> bool:
