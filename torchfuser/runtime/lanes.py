@@ -4,8 +4,10 @@ Waking the threaded device's workers and waiting for them costs tens of microsec
 that takes less than that on one core is done sooner in the calling thread (PoCL's basic device,
 `Device.inline`). Each launch configuration is placed by its work (the bytes it moves, the FLOPs it
 computes) and the rates measured on this machine: copy bandwidth and FMA throughput of one thread and of
-all workers, and what one wake-and-wait of the workers costs. The rates are measured once per device
-(a few ms) and kept in the tuning database.
+all workers, and what one wake-and-wait of the workers costs. They are measured once per process and device
+(a fraction of a second) and merged into the tuning database, keeping the best rates and the cheapest wake
+seen: other work on a shared machine only ever makes them look worse, so the merged figures approach what
+the machine can do.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from torchfuser.runtime.tuning_db import TuningDatabase
 
 INLINE, THREADED = "inline", "threaded"
-_RATES_KEY = "lane rates v1"
+_RATES_KEY = "lane rates v2"
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
 _PROBES = """
 __kernel void copy16(__global const float16* src, __global float16* dst) {
@@ -65,19 +67,24 @@ def choose_lane(rates: LaneRates | None, flops: float, nbytes: float) -> tuple[s
 
 
 def lane_rates(device) -> LaneRates | None:
-    """The measured rates for a device with an in-thread companion (from the tuning database when there)."""
+    """The rates for a device with an in-thread companion: measured now, merged with the stored ones."""
     if device.inline is None:
         return None
     database = TuningDatabase()
-    stored = database.get(device.identity, _RATES_KEY)
-    if stored is not None:
-        try:
-            return LaneRates(**stored)
-        except TypeError:
-            pass  # another layout: measure again
     rates = _measure(device)
+    stored = database.get(device.identity, _RATES_KEY)
+    try:
+        rates = _best_of(rates, LaneRates(**stored)) if stored is not None else rates
+    except TypeError:
+        pass  # another layout: the new measurement replaces it
     database.put(device.identity, _RATES_KEY, asdict(rates))
     return rates
+
+
+def _best_of(a: LaneRates, b: LaneRates) -> LaneRates:
+    return LaneRates(max(a.inline_bytes_per_s, b.inline_bytes_per_s), max(a.inline_flops_per_s, b.inline_flops_per_s),
+                     max(a.threaded_bytes_per_s, b.threaded_bytes_per_s),
+                     max(a.threaded_flops_per_s, b.threaded_flops_per_s), min(a.wake_seconds, b.wake_seconds))
 
 
 def _measure(device) -> LaneRates:
@@ -106,11 +113,13 @@ def _measure(device) -> LaneRates:
         cl.enqueue_nd_range_kernel(device.queue, nothing, (1,), (1,))
         device.queue.finish()
         wakes.append(time.perf_counter() - started)
-    return LaneRates(*rates, wake_seconds=statistics.median(wakes))
+    # the lower quartile: a machine shared with other work makes some wakes slower, not faster
+    return LaneRates(*rates, wake_seconds=statistics.quantiles(wakes, n=4)[0])
 
 
-def _best(queue, kernel, global_size, local_size, repeats: int = 3) -> float:
-    """Best profiled time of a few launches (the first one compiles the work-group function)."""
+def _best(queue, kernel, global_size, local_size, repeats: int = 5) -> float:
+    """Best profiled time of a few launches (the first one compiles the work-group function): the rate the
+    machine can do, which other work on a shared machine only ever lowers."""
     import pyopencl as cl
 
     cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size).wait()
