@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import report_factory  # noqa: E402
 
 from torchfuser.report import svg as report_svg  # noqa: E402
-from torchfuser.report.html import render_html, render_text  # noqa: E402
+from torchfuser.report.compile_report import CompileReport, KernelEntry  # noqa: E402
+from torchfuser.report.html import render_html, render_text, split_compiled  # noqa: E402
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 needs_dot = pytest.mark.skipif(not report_svg.dot_available(), reason="system Graphviz `dot` not installed")
@@ -49,6 +50,7 @@ def hostile_report() -> dict:
     report["fallbacks"][0].update(reason=HOSTILE, module=HOSTILE, code=HOSTILE)
     report["passes"][0]["stats"][HOSTILE] = 1
     report["device"]["name"] = HOSTILE
+    report["kernels"][1].update(lane=HOSTILE, lane_reason=HOSTILE)
     return report
 
 
@@ -101,6 +103,7 @@ def test_hostile_module_name_appears_only_as_text():
     census = assert_inert(page)
     assert any(HOSTILE in chunk for chunk in census.text)  # visible as text, e.g. the title and module column
     assert any(HOSTILE in (v or "") for _, n, v in census.attributes if n == "xlink:title")  # tooltip, as text
+    assert ("span", "title", HOSTILE) in census.attributes  # the lane's reason, as text
     assert "<svg" in page  # the graphs were still drawn
 
 
@@ -223,3 +226,86 @@ def test_repeated_kernels_show_their_source_once_and_long_provenance_is_cut():
     assert "20 fused nodes, covers addmm_0, addmm_1" in page and "and 8 more" in page
     assert page.count("<tr><td><code>tf_gemm_0</code></td><td>tf_gemm_0</td>") == 20
     assert "… and 4 more" in page
+
+
+def _overhead_width(page: str) -> float:
+    match = re.search(r'<div class="tf-bar tf-overhead" style="width:([0-9.]+)%" title="([^"]*)"', page)
+    assert match, "no host overhead segment"
+    assert "host overhead" in match.group(2) and "launching kernels" in match.group(2)
+    return float(match.group(1))
+
+
+def test_timing_splits_compiled_time_into_kernels_and_host_overhead():
+    report = report_factory.mlp_report()  # 0.84 ms of kernels over 4 calls; compiled 2.1 ms per call
+    assert report["timings"]["kernel_seconds"] == pytest.approx(0.00021)
+    page = render_html([report])
+    assert _overhead_width(page) == pytest.approx(90.0, abs=0.1)  # 1.89 of 2.1 ms
+    text = "".join(MarkupCensus(page).text)
+    assert "Compiled 2.10 ms per call = kernels 210.0 µs + host overhead 1.89 ms" in text
+    assert "host overhead per call1.89 ms" in text  # a row of the timing table
+
+
+def test_report_without_split_fields_derives_the_overhead():
+    old = load_fixture()  # written before kernel_seconds / host_overhead_seconds / lane existed
+    assert "host_overhead_seconds" not in old["timings"] and "lane" not in old["kernels"][0]
+    assert split_compiled(old) == pytest.approx((0.00021, 0.00189))
+    page = render_html([old])
+    assert _overhead_width(page) == pytest.approx(90.0, abs=0.1)
+    assert 'class="tf-lane' not in page  # lane unknown: a dash
+
+
+def test_split_uses_the_reports_own_figures_and_clamps():
+    report = report_factory.mlp_report()
+    report["timings"].update(kernel_seconds=0.0015, host_overhead_seconds=0.0006)
+    assert split_compiled(report) == (0.0015, 0.0006)
+    report["timings"].update(kernel_seconds=None, host_overhead_seconds=None, compiled_seconds=0.0001)
+    assert split_compiled(report) == pytest.approx((0.00021, 0.0))
+    report["timings"].update(calls=0, compiled_seconds=None)
+    assert split_compiled(report) == (None, None)
+    page = render_html([report])
+    assert "<div class=\"tf-bar tf-overhead\"" not in page
+
+
+def test_kernel_table_shows_each_lane_with_its_reason():
+    page = render_html([report_factory.mlp_report()])
+    census = MarkupCensus(page)
+    lanes = [v for t, n, v in census.attributes if t == "span" and n == "class" and v.startswith("tf-lane")]
+    assert lanes == ["tf-lane tf-lane-threaded", "tf-lane tf-lane-inline", "tf-lane tf-lane-inline"]
+    assert ("span", "title", report_factory.LANE_REASONS["inline"]) in census.attributes
+    assert "<th>lane</th>" in page
+
+
+class _Stats:
+    def __init__(self, launches: int, seconds: float):
+        self.launches, self.profiled, self.seconds = launches, launches, seconds
+
+
+def _live_report(calls: int, stats: dict) -> CompileReport:
+    def entry(node: str, lane: str) -> KernelEntry:
+        return KernelEntry(name=f"tf_{node}", node=node, kind="pointwise", group=0, cache_key="0" * 64, source="",
+                           cache="miss", build_seconds=0.1, spec="Spec()", nodes=["add"], sources=[], lane=lane,
+                           lane_reason=f"{lane} because")
+    report = CompileReport(title="t", device=None, kernels=[entry("a", "inline"), entry("b", "threaded")])
+    report.plan = type("Plan", (), {"calls": calls, "stats": stats})()
+    return report
+
+
+def test_compile_report_timings_carry_kernel_time_and_host_overhead():
+    fresh = _live_report(0, {}).to_dict()["timings"]
+    assert fresh["kernel_seconds"] is None and fresh["host_overhead_seconds"] is None
+
+    report = _live_report(4, {"a": _Stats(4, 0.004), "b": _Stats(4, 0.002)})
+    timings = report.to_dict()["timings"]
+    assert timings["kernel_seconds"] == pytest.approx(0.0015) and timings["host_overhead_seconds"] is None
+    report.record_timing(eager_seconds=0.01, compiled_seconds=0.002)
+    data = report.to_dict()
+    assert data["timings"]["host_overhead_seconds"] == pytest.approx(0.0005)
+    assert [(k["lane"], k["lane_reason"]) for k in data["kernels"]] == [("inline", "inline because"),
+                                                                        ("threaded", "threaded because")]
+    assert split_compiled(data) == pytest.approx((0.0015, 0.0005))
+    summary = report.summary()
+    assert "per call: compiled 2.000 ms = kernels 1.500 ms + host overhead 0.500 ms" in summary
+    assert "inline" in summary.splitlines()[2]
+
+    report.record_timing(compiled_seconds=0.001)  # faster than its kernels' profiled time: clamped
+    assert report.to_dict()["timings"]["host_overhead_seconds"] == 0.0

@@ -164,6 +164,31 @@ def test_live_widget_draws_both_graphs_and_shows_kernel_source(saved_notebook, a
     assert not saved_notebook["errors"], saved_notebook["errors"]
 
 
+def test_timing_bar_shows_host_overhead_and_a_kernel_shows_its_lane(saved_notebook, artifacts_dir):
+    live = saved_notebook["live"]
+    # explorer.show timed eager and compiled: the compiled bar ends in a host-overhead segment.
+    overhead = live.locator(".jp-torchfuser-timing .jp-torchfuser-timing-compiled > .jp-torchfuser-overhead")
+    overhead.wait_for(state="attached", timeout=10_000)
+    assert overhead.count() == 1
+    width = overhead.evaluate("el => el.getBoundingClientRect().width")
+    assert width > 0, "a tiny MLP's compiled call is mostly host time, yet the overhead segment has no width"
+    assert "host overhead" in overhead.get_attribute("title")
+    assert "launching kernels" in overhead.get_attribute("title")
+    is_last = overhead.evaluate("el => el.nextElementSibling === null && el.previousElementSibling !== null")
+    assert is_last, "the overhead segment comes after the kernel segments"
+    assert "host overhead" in live.locator(".jp-torchfuser-timing-split").inner_text()
+
+    live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").first.click()
+    lane = live.locator(".jp-torchfuser-source .jp-torchfuser-source-header .jp-torchfuser-lane")
+    lane.wait_for(timeout=10_000)
+    assert lane.get_attribute("data-lane") in ("inline", "threaded")
+    assert lane.get_attribute("title"), "the lane's reason is its tooltip"
+    facts = live.locator(".jp-torchfuser-source .jp-torchfuser-facts").inner_text()
+    assert "runs" in facts and lane.get_attribute("data-lane") in facts
+    live.locator(".jp-torchfuser-timing").screenshot(path=str(artifacts_dir / "live-timing-overhead.png"))
+    assert not saved_notebook["errors"], saved_notebook["errors"]
+
+
 def test_hover_search_and_zoom_in_the_browser(saved_notebook):
     live, page = saved_notebook["live"], saved_notebook["page"]
     kernel = live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").first

@@ -89,6 +89,8 @@ class CompileReport:
             })
         timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
         timings["calls"] = getattr(self.plan, "calls", 0)
+        timings.update(split_compiled_time(sum(k["seconds"] for k in kernels), timings["calls"],
+                                           timings.get("compiled_seconds")))
         return {
             "schema_version": SCHEMA_VERSION,
             "torchfuser_version": __version__,
@@ -124,12 +126,23 @@ class CompileReport:
             lines.append(f"    {p.name:<22} {'on ' if p.enabled else 'off'} {nodes:>9}  {stats}")
         lines.append(f"    {'kernel':<28}{'kind':<11}{'lane':<9}{'cache':<7}{'launches':>9}{'mean ms':>10}  fuses")
         live = self.kernel_seconds()
+        device_seconds = 0.0  # profiled device time of all kernels over all calls
         for k in self.kernels:
             launches, mean = live.get(k.node, (0, None))
+            device_seconds += mean * launches if mean is not None else 0.0
             mean_text = f"{mean * 1e3:.3f}" if mean is not None else "-"
             lines.append(f"    {k.name:<28}{k.kind:<11}{k.lane:<9}{k.cache:<7}{launches:>9}{mean_text:>10}  "
                          f"{', '.join(k.nodes)}")
         lines += [f"    PyTorch: {f.op} ({f.reason})" for f in self.fallbacks]
+        compiled = self.timings.get("compiled_seconds")
+        split = split_compiled_time(device_seconds, getattr(self.plan, "calls", 0), compiled)
+        if split["kernel_seconds"] is not None:
+            line = f"    per call: kernels {split['kernel_seconds'] * 1e3:.3f} ms"
+            if split["host_overhead_seconds"] is not None:
+                line = (f"    per call: compiled {compiled * 1e3:.3f} ms = kernels "
+                        f"{split['kernel_seconds'] * 1e3:.3f} ms + host overhead "
+                        f"{split['host_overhead_seconds'] * 1e3:.3f} ms (launching, Python, ops in PyTorch)")
+            lines.append(line)
         if self.memory:
             lines.append(f"    peak intermediate memory {self.memory['peak_intermediate_bytes'] / 2**20:.2f} MiB "
                          f"(eager {self.memory['eager_peak_intermediate_bytes'] / 2**20:.2f} MiB)")
@@ -137,6 +150,19 @@ class CompileReport:
 
     def __repr__(self) -> str:
         return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"
+
+
+def split_compiled_time(device_seconds: float, calls: int, compiled_seconds: float | None) -> dict:
+    """The report's timings.kernel_seconds and host_overhead_seconds (schema.md).
+
+    device_seconds is the profiled device time of all kernels over all `calls` graph calls.
+    kernel_seconds: that per call (None before any call); host_overhead_seconds: the measured compiled
+    time per call less kernel_seconds, clamped at 0 (None unless compiled_seconds was measured)."""
+    if not calls:
+        return {"kernel_seconds": None, "host_overhead_seconds": None}
+    kernel = device_seconds / calls
+    overhead = max(0.0, float(compiled_seconds) - kernel) if compiled_seconds is not None else None
+    return {"kernel_seconds": kernel, "host_overhead_seconds": overhead}
 
 
 def provenance(meta: dict) -> dict:

@@ -44,6 +44,11 @@ STYLE = """
 .jp-torchfuser-report .tf-bar-label { width: 140px; }
 .jp-torchfuser-report .tf-bar { height: 12px; background: #8c959f; min-width: 1px; }
 .jp-torchfuser-report .tf-bar.tf-compiled { background: #1f77b4; }
+.jp-torchfuser-report .tf-bar-split { display: flex; height: 12px; min-width: 1px; }
+.jp-torchfuser-report .tf-bar-split .tf-bar { min-width: 0; }
+.jp-torchfuser-report .tf-bar.tf-overhead { background: repeating-linear-gradient(45deg, #f0b37e 0 4px,
+  #fbe3cd 4px 8px); }
+.jp-torchfuser-report .tf-lane[title] { text-decoration: underline dotted; cursor: help; }
 .jp-torchfuser-report .tf-cache-hit { color: #1a7f37; font-weight: 600; }
 .jp-torchfuser-report .tf-cache-miss { color: #cf222e; font-weight: 600; }
 .jp-torchfuser-report .tf-cache-disk { color: #8250df; font-weight: 600; }
@@ -152,20 +157,65 @@ def _bar(label: str, seconds: object, longest: float, css: str) -> str:
             f"<span>{_text(format_seconds(seconds))}</span></div>")
 
 
+OVERHEAD_MEANING = "host overhead: launching kernels, Python, ops in PyTorch"
+
+
+def split_compiled(report: dict) -> tuple[float | None, float | None]:
+    """(kernel seconds, host overhead seconds) per graph call: the report's own figures, else derived
+    from the kernels (reports written before these fields existed)."""
+    t = report.get("timings") or {}
+    kernel, overhead, compiled = t.get("kernel_seconds"), t.get("host_overhead_seconds"), t.get("compiled_seconds")
+    if not _is_number(kernel):
+        calls = t.get("calls")
+        kernel = None
+        if _is_number(calls) and calls > 0:
+            kernel = sum(k.get("seconds") for k in report.get("kernels") or []
+                         if _is_number(k.get("seconds"))) / calls
+    if _is_number(overhead):
+        overhead = max(0.0, overhead)
+    else:
+        overhead = max(0.0, compiled - kernel) if _is_number(compiled) and _is_number(kernel) else None
+    return kernel, overhead
+
+
+def _split_bar(compiled: float, kernel: float, overhead: float, longest: float) -> str:
+    """The compiled bar as two segments: kernel time, then host overhead."""
+    width = 70.0 * compiled / longest if longest > 0 else 0.0
+    whole = max(compiled, kernel + overhead)
+    kernel_share = 100.0 * kernel / whole if whole > 0 else 0.0
+    overhead_share = 100.0 * overhead / whole if whole > 0 else 0.0
+    return (f'<div class="tf-bar-row"><span class="tf-bar-label">compiled</span>'
+            f'<div class="tf-bar-split" style="width:{width:.1f}%">'
+            f'<div class="tf-bar tf-compiled tf-kernels" style="width:{kernel_share:.1f}%" '
+            f'title="{_text("kernels (profiled device time): " + format_seconds(kernel))}"></div>'
+            f'<div class="tf-bar tf-overhead" style="width:{overhead_share:.1f}%" '
+            f'title="{_text(OVERHEAD_MEANING + ": " + format_seconds(overhead))}"></div></div>'
+            f"<span>{_text(format_seconds(compiled))}</span></div>")
+
+
 def _timing_section(report: dict) -> str:
     t = report.get("timings") or {}
     eager, compiled = t.get("eager_seconds"), t.get("compiled_seconds")
+    kernel, overhead = split_compiled(report)
     if _is_number(eager) and _is_number(compiled):
         longest = max(eager, compiled)
-        bars = (_bar("eager PyTorch", eager, longest, "")
-                + _bar("compiled", compiled, longest, "tf-compiled")
-                + f"<p>Speedup: <b>{_text(format_speedup(t.get('speedup')))}</b> (medians)</p>")
+        bars = _bar("eager PyTorch", eager, longest, "")
+        if _is_number(kernel) and _is_number(overhead):
+            bars += (_split_bar(compiled, kernel, overhead, longest)
+                     + f'<p class="tf-split">Compiled {_text(format_seconds(compiled))} per call = kernels '
+                     f"<b>{_text(format_seconds(kernel))}</b> + host overhead "
+                     f"<b>{_text(format_seconds(overhead))}</b> (launching kernels, Python, ops in PyTorch)</p>")
+        else:
+            bars += _bar("compiled", compiled, longest, "tf-compiled")
+        bars += f"<p>Speedup: <b>{_text(format_speedup(t.get('speedup')))}</b> (medians)</p>"
     else:
         bars = '<p class="tf-note">Eager vs compiled not measured (explorer.show or %%torchfuse --bench do).</p>'
     phases = [("lower", "lower_seconds"), ("passes", "passes_seconds"), ("codegen", "codegen_seconds"),
               ("build", "build_seconds"), ("compile total", "compile_seconds")]
     rows = [[_text(name), _text(format_seconds(t.get(key)))] for name, key in phases]
     rows.append(["calls", _text(t.get("calls", "—"))])
+    rows.append(["kernels per call", _text(format_seconds(kernel))])
+    rows.append(["host overhead per call", _text(format_seconds(overhead))])
     return "<h3>Timing</h3>" + bars + _table(["phase", "time"], rows, numeric={1})
 
 
@@ -243,13 +293,28 @@ def _kernels_section(report: dict) -> str:
         if len(provenance) > MAX_PROVENANCE_LINES:
             sources += f"<br>… and {len(provenance) - MAX_PROVENANCE_LINES} more"
         rows.append([f"<code>{_text(k.get('name'))}</code>", _text(k.get("node") or "—"), _text(k.get("kind")),
-                     _text(k.get("group")), cache_html, _text(format_seconds(k.get("build_seconds"))),
+                     _text(k.get("group")), cache_html, _lane_html(k), _text(format_seconds(k.get("build_seconds"))),
                      _text(k.get("launches")), _text(format_seconds(k.get("mean_seconds"))),
                      _text(format_seconds(k.get("seconds"))), sources])
     # Equal specs share one OpenCL kernel (and name); "fused node" tells the uses apart in the graphs.
-    table = _table(["kernel", "fused node", "kind", "group", "cache", "build", "launches", "mean time", "total time",
-                    "from"], rows, numeric={3, 5, 6, 7, 8})
+    table = _table(["kernel", "fused node", "kind", "group", "cache", "lane", "build", "launches", "mean time",
+                    "total time", "from"], rows, numeric={3, 6, 7, 8, 9})
     return "<h3>Kernels</h3>" + table + _kernel_sources(kernels)
+
+
+LANE_MEANINGS = {"inline": "in the calling thread", "threaded": "on the device's worker threads"}
+
+
+def _lane_html(kernel: dict) -> str:
+    """Where the kernel ran; the reason (with the estimated costs) as the tooltip."""
+    lane = kernel.get("lane")
+    if not lane:
+        return "—"
+    lane = str(lane)
+    reason = kernel.get("lane_reason") or LANE_MEANINGS.get(lane, "")
+    css = "tf-lane-inline" if lane == "inline" else "tf-lane-threaded" if lane == "threaded" else ""
+    title = f' title="{_text(reason)}"' if reason else ""
+    return f'<span class="tf-lane {css}"{title}>{_text(lane)}</span>'
 
 
 def _shortened(items: list, limit: int = 12) -> str:

@@ -50,6 +50,9 @@ export interface SourceLine {
 
 export type CacheStatus = 'hit' | 'miss' | 'disk';
 
+/** inline: in the calling thread (PoCL's basic device, small launches); threaded: the device's workers. */
+export type Lane = 'inline' | 'threaded';
+
 export interface Kernel {
   name: string;
   kind: string;
@@ -64,6 +67,10 @@ export interface Kernel {
   spec: string;
   nodes: string[];
   sources: SourceLine[];
+  /** Absent in reports written before lanes existed. */
+  lane?: Lane | string;
+  /** Why that lane, with the estimated costs. */
+  lane_reason?: string;
 }
 
 export interface Fallback {
@@ -86,6 +93,10 @@ export interface Timings {
   eager_seconds: number | null;
   compiled_seconds: number | null;
   speedup: number | null;
+  /** Profiled device time of all kernels per graph call (null before any call; absent in older reports). */
+  kernel_seconds?: number | null;
+  /** compiled_seconds - kernel_seconds, clamped at 0 (null unless compiled_seconds was measured). */
+  host_overhead_seconds?: number | null;
 }
 
 export interface DeviceInfo {

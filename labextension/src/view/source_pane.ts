@@ -1,7 +1,8 @@
 /**
  * The detail pane (.jp-torchfuser-source): for a fused kernel its OpenCL
- * source, cache status, build and launch times and the user source lines it
- * came from; for any other node its op, shape and source line.
+ * source, cache status, where it ran (its lane, and why), build and launch
+ * times and the user source lines it came from; for any other node its op,
+ * shape and source line.
  */
 import { appendChildren, clear, el } from './dom';
 import { formatLocation, formatSeconds, formatShape } from './format';
@@ -18,8 +19,27 @@ export function cacheBadge(status: string): HTMLElement {
   const known = status === 'hit' || status === 'miss' || status === 'disk';
   return el('span', {
     className: 'jp-torchfuser-cache',
-    text: CACHE_LABELS[status] ?? `cache ${status}`,
+    text: known ? CACHE_LABELS[status] : `cache ${status}`,
     attrs: { 'data-status': known ? status : 'unknown' }
+  });
+}
+
+/** What each lane means; '' for a lane this view does not know. */
+export function laneMeaning(lane: string): string {
+  return lane === 'inline' ? 'in the calling thread' : lane === 'threaded' ? "on the device's worker threads" : '';
+}
+
+/** Where the kernel ran, with the reason (and its estimated costs) as the tooltip. Null for older reports. */
+export function laneBadge(lane: unknown, reason: unknown): HTMLElement | null {
+  if (typeof lane !== 'string' || !lane) {
+    return null;
+  }
+  const known = laneMeaning(lane) !== '';
+  return el('span', {
+    // Drawn like the kernel kind beside it (muted text); the cache badge keeps the emphasis.
+    className: 'jp-torchfuser-lane jp-torchfuser-kernel-kind',
+    text: known ? lane : `lane ${lane}`,
+    attrs: { 'data-lane': known ? lane : 'unknown', title: typeof reason === 'string' && reason ? reason : null }
   });
 }
 
@@ -71,14 +91,18 @@ export class SourcePane {
     const header = el('div', { className: 'jp-torchfuser-source-header' }, [
       el('span', { className: 'jp-torchfuser-kernel-name', text: kernel.name }),
       el('span', { className: 'jp-torchfuser-kernel-kind', text: kernel.kind }),
-      cacheBadge(kernel.cache)
+      cacheBadge(kernel.cache),
+      laneBadge(kernel.lane, kernel.lane_reason)
     ]);
+    const lane = typeof kernel.lane === 'string' ? kernel.lane : '';
     const facts = definitionList([
       ['build time', formatSeconds(kernel.build_seconds)],
       ['per launch', formatSeconds(kernel.mean_seconds)],
       ['launches', String(kernel.launches ?? 0)],
       ['device time', formatSeconds(kernel.seconds)],
       ['per graph call', perCall === null ? '' : formatSeconds(perCall)],
+      ['runs', lane && laneMeaning(lane) ? `${lane}: ${laneMeaning(lane)}` : lane],
+      ['why', typeof kernel.lane_reason === 'string' ? kernel.lane_reason : ''],
       ['fused group', kernel.group === null || kernel.group === undefined ? '' : String(kernel.group)],
       ['covers', (kernel.nodes ?? []).join(', ')],
       ['cache key', kernel.cache_key ? kernel.cache_key.slice(0, 16) + '…' : '']

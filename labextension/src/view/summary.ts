@@ -5,7 +5,7 @@
  */
 import { el } from './dom';
 import { formatLocation, formatSeconds } from './format';
-import { cacheBadge } from './source_pane';
+import { cacheBadge, laneBadge } from './source_pane';
 import type { Report } from './schema';
 
 export function renderHeader(report: Report): HTMLElement {
@@ -58,13 +58,14 @@ export function renderKernelTable(report: Report, onKernelClick: (name: string) 
         el('button', { className: 'jp-torchfuser-kernel-link', text: kernel.name, attrs: { type: 'button', title: kernel.kind } })
       ]),
       el('td', {}, [cacheBadge(kernel.cache)]),
+      el('td', {}, [laneBadge(kernel.lane, kernel.lane_reason) ?? '–']),
       el('td', { text: formatSeconds(kernel.build_seconds) }),
       el('td', { text: formatSeconds(kernel.mean_seconds) })
     ])
   );
   const table = el('table', { className: 'jp-torchfuser-kernels' }, [
     el('thead', {}, [
-      el('tr', {}, ['kernel', 'cache', 'build', 'per launch'].map(h => el('th', { text: h })))
+      el('tr', {}, ['kernel', 'cache', 'lane', 'build', 'per launch'].map(h => el('th', { text: h })))
     ]),
     el('tbody', {}, rows)
   ]);

@@ -1,13 +1,39 @@
 /**
  * Eager vs compiled, drawn as two bars on one scale; the compiled bar is split
- * into one segment per kernel (device time per graph call) and the rest
- * (launch overhead, PyTorch fallbacks, host work).
+ * into one segment per kernel (device time per graph call) and one for the
+ * host overhead (.jp-torchfuser-overhead: launching kernels, Python, ops that
+ * ran in PyTorch): the report's timings.host_overhead_seconds, or for reports
+ * written before that field, the compiled time less the kernels' time.
  */
 import { el } from './dom';
 import { formatSeconds } from './format';
 import type { Report } from './schema';
 
 const LEGEND_KERNELS = 12;
+export const OVERHEAD_MEANING = 'launching kernels, Python, ops in PyTorch';
+/** Hatched, so it reads as "not a kernel" in both themes; a constant, never report data. */
+const OVERHEAD_BACKGROUND =
+  'repeating-linear-gradient(135deg, var(--tf-fg-muted, #616161) 0 2px, var(--tf-bg-sunk, #eeeeee) 2px 5px)';
+
+function isFiniteNumber(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value);
+}
+
+/**
+ * Host time per graph call outside the kernels: the report's
+ * host_overhead_seconds, else compiled_seconds - kernelTotal (clamped at 0);
+ * null when the compiled time was not measured.
+ */
+export function hostOverhead(report: Report, kernelTotal: number): number | null {
+  const timings = report.timings;
+  if (isFiniteNumber(timings?.host_overhead_seconds)) {
+    return Math.max(0, timings.host_overhead_seconds);
+  }
+  if (isFiniteNumber(timings?.compiled_seconds)) {
+    return Math.max(0, timings.compiled_seconds - kernelTotal);
+  }
+  return null;
+}
 
 export interface KernelSegment {
   name: string;
@@ -52,20 +78,34 @@ export function renderTimingBar(
   const kernelTotal = segments.reduce((sum, s) => sum + s.seconds, 0);
   const eager = timings.eager_seconds ?? null;
   const compiled = timings.compiled_seconds ?? (kernelTotal > 0 ? kernelTotal : null);
+  const overhead = hostOverhead(report, kernelTotal);
+  const kernelSeconds = isFiniteNumber(timings.kernel_seconds) ? timings.kernel_seconds : kernelTotal;
   const scale = Math.max(eager ?? 0, compiled ?? 0, kernelTotal);
+  // Widths are relative to the compiled bar: kernels first, then the host overhead.
+  const whole = Math.max(compiled ?? 0, kernelTotal + (overhead ?? 0));
+  const share = (seconds: number) => `${whole > 0 ? (100 * seconds) / whole : 0}%`;
 
   const segmentElements = segments.map(segment => {
     const part = el('div', {
       className: 'jp-torchfuser-timing-kernel',
       attrs: { 'data-kernel': segment.name, title: `${segment.name}: ${formatSeconds(segment.seconds)} per call` }
     });
-    // Widths are relative to the compiled bar; the rest of it is non-kernel time.
-    const whole = Math.max(compiled ?? 0, kernelTotal);
-    part.style.width = `${whole > 0 ? (100 * segment.seconds) / whole : 0}%`;
+    part.style.width = share(segment.seconds);
     part.style.background = safeColor(colorOfKernel(segment.name));
     part.addEventListener('click', () => onKernelClick(segment.name));
     return part;
   });
+  if (overhead !== null) {
+    const part = el('div', {
+      className: 'jp-torchfuser-overhead',
+      attrs: { title: `host overhead: ${formatSeconds(overhead)} per call (${OVERHEAD_MEANING})` }
+    });
+    part.style.width = share(overhead);
+    part.style.height = '100%';
+    part.style.flex = '0 0 auto';
+    part.style.backgroundImage = OVERHEAD_BACKGROUND;
+    segmentElements.push(part);
+  }
 
   const speedup = timings.speedup ?? (eager && compiled ? eager / compiled : null);
   const headline =
@@ -88,6 +128,15 @@ export function renderTimingBar(
       ])
     )
   );
+  if (overhead !== null) {
+    legend.insertBefore(
+      el('li', { className: 'jp-torchfuser-overhead-key', attrs: { title: OVERHEAD_MEANING } }, [
+        el('span', { className: 'jp-torchfuser-swatch', attrs: { style: `background-image:${OVERHEAD_BACKGROUND}` } }),
+        el('span', { text: `host overhead ${formatSeconds(overhead)}` })
+      ]),
+      legend.firstChild
+    );
+  }
   if (segments.length > slowest.length) {
     legend.appendChild(el('li', { className: 'jp-torchfuser-hint', text: `… ${segments.length - slowest.length} faster kernels` }));
   }
@@ -102,6 +151,14 @@ export function renderTimingBar(
     el('div', { className: 'jp-torchfuser-subtitle', text: `Time per call${headline ? ` · ${headline}` : ''}` }),
     bar('eager', eager, scale, [], 'jp-torchfuser-timing-eager'),
     bar('compiled', compiled, scale, segmentElements, 'jp-torchfuser-timing-compiled'),
+    overhead !== null && compiled !== null
+      ? el('div', {
+          className: 'jp-torchfuser-hint jp-torchfuser-timing-split',
+          text:
+            `compiled ${formatSeconds(compiled)} = kernels ${formatSeconds(kernelSeconds)}` +
+            ` + host overhead ${formatSeconds(overhead)} (${OVERHEAD_MEANING})`
+        })
+      : null,
     segments.length ? legend : el('div', { className: 'jp-torchfuser-hint', text: 'no kernel launches timed yet' })
   ]);
 }
