@@ -103,11 +103,14 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
 
 
 def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, options: Options) -> float:
-    """Tune, generate and build every fused node's kernel for the example layouts; returns build seconds."""
-    total = 0.0
+    """Tune and configure every fused node's launch for the example layouts, place them in lanes together,
+    then generate and build each; returns build seconds."""
+    configured, sequence = [], []  # sequence: the launches in order, None for host steps between them
     for node in gm.graph.nodes:
         target = node.target
         if not isinstance(target, FusedKernel):
+            if node.op == "call_function" and node.target is not operator.getitem and node.target not in VIEW_OPS:
+                sequence.append(None)
             continue
         if plan.runtime is None:
             _fall_back(plan, report, node, "no OpenCL device: runs in PyTorch")
@@ -117,14 +120,22 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         try:
             tuning = kind.tune(plan.runtime, target, fake_inputs, options.autotune) if kind.tune else None
             launch = configure(target, fake_inputs, plan.runtime.device.type_name)
-            if launch.empty:
-                continue
-            lane, lane_reason = plan.runtime.lane(launch)
+        except KernelBuildError as error:
+            _build_failed(plan, report, node, error)
+            continue
+        if not launch.empty:
+            configured.append((node, kind, fake_inputs, tuning, launch))
+            sequence.append(launch)
+    lanes = plan.runtime.lanes(sequence) if plan.runtime is not None else []
+    total = 0.0
+    for (node, kind, fake_inputs, tuning, launch), (lane, lane_reason) in zip(configured, lanes):
+        target = node.target
+        try:
             built, status = plan.runtime.build(launch.spec, lane)
         except KernelBuildError as error:
-            _fall_back(plan, report, node, f"OpenCL build failed: {error.log.strip()[:2000]}")
-            warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch", RuntimeWarning, stacklevel=2)
+            _build_failed(plan, report, node, error)
             continue
+        plan.lanes[node.name] = lane
         plan.built[(launch.spec, lane)] = built
         seconds = built.build_seconds if status != "hit" else 0.0
         total += seconds
@@ -137,6 +148,11 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             lane_reason=lane_reason,
         ))
     return total
+
+
+def _build_failed(plan: Plan, report: CompileReport, node: fx.Node, error: KernelBuildError) -> None:
+    _fall_back(plan, report, node, f"OpenCL build failed: {error.log.strip()[:2000]}")
+    warnings.warn(f"torchfuser: {error}; {node.name} runs in PyTorch", RuntimeWarning, stacklevel=3)
 
 
 def _fall_back(plan: Plan, report: CompileReport, node: fx.Node, reason: str) -> None:

@@ -21,7 +21,7 @@ from torchfuser.codegen import kernel_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
-from torchfuser.runtime.lanes import INLINE, THREADED, choose_lane, lane_rates
+from torchfuser.runtime.lanes import INLINE, THREADED, lane_rates, plan_lanes
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
@@ -73,14 +73,20 @@ class Runtime:
         return KERNELS.get(device, spec.kernel_name, kernel_source(spec))
 
     def lane(self, launch: Launch) -> tuple[str, str]:
-        """(lane, why): where this launch runs cheapest."""
+        """(lane, why): where this launch, on its own, runs cheapest."""
+        return self.lanes([launch])[0]
+
+    def lanes(self, launches: list) -> list[tuple[str, str]]:
+        """(lane, why) for each launch of a plan, in order; None entries are host steps between them, which
+        wait for the launches before them (lanes.plan_lanes)."""
         if self.device.inline is None:
-            return THREADED, "the device has no in-thread companion"
+            return [(THREADED, "the device has no in-thread companion") for launch in launches if launch is not None]
         if not self.device.zero_copy:  # results are read back from device buffers, through the queue
-            return THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them"
+            return [(THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them")
+                    for launch in launches if launch is not None]
         if self._rates is None:
             self._rates = lane_rates(self.device)
-        return choose_lane(self._rates, launch.flops, launch.nbytes)
+        return plan_lanes(self._rates, [None if launch is None else (launch.flops, launch.nbytes) for launch in launches])
 
     def queue(self, lane: str):
         return self.device.inline.queue if lane == INLINE else self.device.queue

@@ -68,7 +68,7 @@ class KernelStep:
 
     def _bind(self, call: Call, args, key: tuple) -> Bound:
         launch = configure(self.target, args, call.runtime.device.type_name)
-        lane = THREADED if launch.empty else call.runtime.lane(launch)[0]
+        lane = THREADED if launch.empty else self.plan.lanes.get(self.name) or call.runtime.lane(launch)[0]
         built = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
         bound = Bound(launch, built, self.name, exclusive=True, lane=lane)
         if self.blocks is not None:
@@ -164,6 +164,7 @@ class Plan:
                                    tuple(free_after[i]), cache))
         self.stats: dict[str, KernelStats] = {}
         self.built: dict = {}  # (spec, lane) -> BuiltKernel (skips the cache lookup on steady calls)
+        self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False

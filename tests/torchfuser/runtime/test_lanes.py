@@ -1,0 +1,68 @@
+"""Where launches run: the lanes of a plan chosen together from measured rates, and the two lanes agreeing."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+from eager_compare import assert_close
+from torchfuser.runtime.call import Runtime
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.lanes import INLINE, THREADED, LaneRates, plan_lanes
+
+RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, threaded_bytes_per_s=45e9,
+                  threaded_flops_per_s=200e9, wake_seconds=40e-6, inline_launch_seconds=1.5e-6,
+                  threaded_launch_seconds=6e-6)
+TINY, BIG = (0.0, 4e3), (2.0 * 768 * 3072, 9.4e6)
+
+
+def lanes(works):
+    return [lane for lane, _ in plan_lanes(RATES, works)]
+
+
+def test_small_launches_run_in_the_calling_thread_and_big_ones_on_the_workers():
+    assert lanes([TINY]) == [INLINE]
+    assert lanes([BIG]) == [THREADED]
+    assert lanes([TINY, TINY, TINY]) == [INLINE] * 3
+
+
+def test_a_small_launch_between_big_ones_joins_their_run_rather_than_pay_a_second_wake():
+    assert lanes([BIG, TINY, BIG]) == [THREADED] * 3
+    # after the run the call waits for the workers anyway: a small launch then runs in the calling thread
+    assert lanes([TINY, BIG, TINY]) == [INLINE, THREADED, INLINE]
+    # a host step ends a run (the workers sleep again after it): the next big launch pays a wake of its own
+    assert lanes([BIG, None, TINY, BIG]) == [THREADED, INLINE, THREADED]
+
+
+def test_the_reasons_give_both_estimates():
+    (lane, why), = plan_lanes(RATES, [BIG])
+    assert lane == THREADED and "on the worker threads" in why and "in the calling thread" in why
+    assert plan_lanes(None, [TINY, None, BIG]) == [(THREADED, "the device has no in-thread companion")] * 2
+
+
+@pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
+@pytest.mark.parametrize("lane", [INLINE, THREADED])
+def test_every_kind_computes_the_same_in_either_lane(lane, monkeypatch):
+    """The same plan with every launch forced into one lane agrees with eager (and so with the other lane)."""
+    monkeypatch.setattr(Runtime, "lanes", lambda self, launches: [(lane, "forced") for x in launches if x is not None])
+    monkeypatch.setattr(Runtime, "lane", lambda self, launch: (lane, "forced"))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.proj, self.fc = nn.LayerNorm(64), nn.Linear(64, 192), nn.Linear(64, 64)
+
+        def forward(self, x):
+            q, k, v = self.proj(self.norm(x)).view(1, 7, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return torch.nn.functional.gelu(self.fc(a.transpose(1, 2).reshape(1, 7, 64))) + x
+
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(1, 7, 64)
+    with torch.no_grad():
+        compiled = torchfuser.compile(block)
+        for _ in range(3):  # the first call and the steady ones
+            assert_close(compiled(x), block(x), atol=1e-5)
+    report = torchfuser.last_report()
+    assert {k.kind for k in report.kernels} >= {"gemm", "reduction", "attention"}
+    assert {k.lane for k in report.kernels} == {lane}
