@@ -161,7 +161,7 @@ def test_manual_linear_act_op():
 
 def test_cpu_devices_use_the_packed_schedule():
     model = LinearAct(40, 70, "silu").eval()
-    actual, expected = run(model, torch.randn(13, 40))
+    actual, expected = run(model, torch.randn(gemm_launch.ROWS_MAX_M + 13, 40))  # decode sizes run "rows"
     assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
     assert "schedule=packed" in kernel.spec and "vload16" in kernel.source
@@ -332,7 +332,7 @@ def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(variant,
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
 
     def fn(a, w, bias, residual):
@@ -358,7 +358,7 @@ def test_every_tiled_variant_over_ragged_blocks_transposed_weights_and_a_residua
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.tiled_variant(*variant)])
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None: [gemm_launch.tiled_variant(*variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
 
     def fn(a, w, bias, residual):
@@ -381,8 +381,8 @@ def test_an_empty_k_gives_the_epilogue_of_zero(variant, monkeypatch, tmp_path):
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     fn = lambda a, w, b: torch.sigmoid(a @ w + b)  # noqa: E731
-    a, w, b = torch.randn(9, 0), torch.randn(0, 40), torch.randn(40)
+    a, w, b = torch.randn(gemm_launch.ROWS_MAX_M + 9, 0), torch.randn(0, 40), torch.randn(40)  # M: not "rows"
     assert_close(torchfuser.compile(fn)(a, w, b), fn(a, w, b))

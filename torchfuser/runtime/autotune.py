@@ -24,7 +24,8 @@ import torch
 from torchfuser.ir.kernels import GemmKernel
 from torchfuser.runtime import gemm_launch
 from torchfuser.runtime.call import Call
-from torchfuser.runtime.gemm_launch import GemmVariant, candidate_variants, default_variant, gemm_state, launch_for
+from torchfuser.runtime.gemm_launch import (GemmVariant, candidate_variants, default_variant, gemm_state, launch_for,
+                                            mm_rows)
 from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.timing import SETTLE_SECONDS
 from torchfuser.runtime.tuning_db import DB_VERSION, TuningDatabase  # noqa: F401  (DB_VERSION: tests)
@@ -79,7 +80,8 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) ->
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
         why = f"{flops:.0f} FLOP: too small to tune" if search != "off" else "autotuning is off"
-        variant, misfit_note = gemm_launch.fitted(default_variant(device.type_name, inputs[1].shape[-1]), state.limits)
+        variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
+        variant, misfit_note = gemm_launch.fitted(variant, state.limits)
         record = {"winner": variant.name, "candidates": {},
                   "source": f"heuristic ({why}{f'; {misfit_note}' if misfit_note else ''})"}
     state.choices[shape_key] = GemmVariant.parse(record["winner"])
@@ -97,9 +99,9 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     """Build and check every candidate, then time the correct ones in interleaved rounds (medians): the load
     of a shared machine changes by the second, and sequential timing would hand the win to whichever
     candidate ran in a quiet moment."""
-    m, k, n = inputs[0].shape[0], inputs[0].shape[1], inputs[1].shape[1]
+    m, k, n = inputs[0].shape[-2], inputs[0].shape[-1], inputs[1].shape[-1]
     expected = kernel.reference(*inputs)
-    candidates = candidate_variants(runtime.device)
+    candidates = candidate_variants(runtime.device, mm_rows(inputs))  # small plain mms: also the rows schedule
     state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()

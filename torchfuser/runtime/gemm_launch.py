@@ -1,9 +1,11 @@
 """GEMM launches: schedule choice, weight pre-packing and launch arguments.
 
-On CPU devices the packed schedule runs: B (usually a weight viewed as its transpose) is packed once into
-[N/tile_n][K][tile_n] panels and the packed copy is reused while the tensor it was made from is the same
-object at the same version (an optimiser step bumps the version and forces a re-pack). Other devices (GPUs)
-use the tiled schedule: work-groups stage A and B tiles through local memory, read through their strides.
+On CPU devices the packed schedule runs, and the rows schedule for decode-sized mms (M <= ROWS_MAX_M): B
+(usually a weight viewed as its transpose) is packed once into [N/tile_n][K][tile_n] panels and the packed
+copy is reused while the tensor it was made from is the same object at the same version (an optimiser step
+bumps the version and forces a re-pack); both schedules read the same 32-wide panels, one copy per weight.
+Other devices (GPUs) use the tiled schedule: work-groups stage A and B tiles through local memory, read
+through their strides.
 A tiled configuration that exceeds the device's work-group or local-memory limits runs strided instead
 (no local memory, groups of at most 4 items), and the tuning record says so.
 """
@@ -33,7 +35,7 @@ class GemmVariant:
     """One way to run a GEMM: a schedule of the template (tile, K block, row tiles per work-item; tiled: the
     work-group's block of C and its K depth), or the host BLAS + epilogue."""
 
-    schedule: str  # packed | strided | tiled | extern
+    schedule: str  # packed | rows | strided | tiled | extern
     tile_m: int = 0
     tile_n: int = 0
     k_block: int = 0
@@ -83,19 +85,44 @@ def tiled_variant(tile_m, tile_n, block_m, block_n, k_block) -> GemmVariant:
     return GemmVariant("tiled", tile_m, tile_n, k_block, 1, block_m, block_n)
 
 
-def default_variant(device_type: str, n: int) -> GemmVariant:
-    """The no-search choice: packed 8x32 (8x16 for narrow outputs) K-blocked by 256 on CPUs, tiled 64x64
-    blocks (32x32 for narrow outputs) elsewhere."""
+# The decode schedule on CPUs: passes of up to 8 rows (8 x 32 -> 16 float16 accumulators) over the same
+# packed panels. ROWS_MAX_M: the largest M it runs by default and is a search candidate for. Measured against
+# packed 8x32 k256 r8 (2 Zen 4 vCPUs, medians of interleaved rounds, weights cold / L3-warm), rows / packed
+# speed: M = 1-16: 0.96-1.33x cold, 1.03-1.7x warm (768x3072, 3072x768, 4096x4096, 16384x768); M = 32:
+# 1.03-1.18x (16384x768, a 2 MiB panel that each pass streams again: 1.03x cold, 0.99x warm); M = 64: 0.97x
+# at 16384x768, so the crossover is between 32 and 64 rows where K is large.
+ROWS_TILE_M, ROWS_MAX_M = 8, 32
+
+
+def rows_variant(n: int) -> GemmVariant:
+    return GemmVariant("rows", ROWS_TILE_M, 32 if n > 16 else 16)
+
+
+def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVariant:
+    """The no-search choice: on CPUs the rows schedule for a plain mm of m <= ROWS_MAX_M rows (m None: a
+    bmm, or unknown), else packed 8x32 (8x16 for narrow outputs) K-blocked by 256; tiled 64x64 blocks
+    (32x32 for narrow outputs) elsewhere."""
     if device_type == "CPU":
+        if m is not None and m <= ROWS_MAX_M:
+            return rows_variant(n)
         return GemmVariant("packed", 8, 32 if n > 16 else 16, 256, 8)
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None) -> list[GemmVariant]:
+    """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
+    schedule."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS]
+    if m is not None and m <= ROWS_MAX_M:
+        found.append(rows_variant(n=32))  # rows 8x32: the panels of the packed 8x32 variants
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
+
+
+def mm_rows(inputs) -> int | None:
+    """M of a plain (2-D) mm, None for a bmm: the rows schedule runs plain mms only."""
+    return inputs[0].shape[0] if inputs[0].dim() == 2 else None
 
 
 @dataclass(frozen=True)
@@ -178,11 +205,14 @@ class PackedWeights:
         return packed
 
 
+PANEL_SCHEDULES = ("packed", "rows")  # the schedules that read B as packed panels
+
+
 class GemmLaunch(Launch):
     packer: PackedWeights | None = None
 
     def prepare(self, inputs, call=None):
-        if self.spec.schedule != "packed":
+        if self.spec.schedule not in PANEL_SCHEDULES:
             return inputs
         return [inputs[0], self.packer.get(inputs[1], self.spec.tile_n, call), *inputs[2:]]
 
@@ -190,7 +220,7 @@ class GemmLaunch(Launch):
         index = np.int64 if self.spec.index_type == "long" else np.int32
         a_strides, b_strides, extra_strides, mnk = self.scalars
         args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)]
-        if self.spec.schedule == "packed":
+        if self.spec.schedule in PANEL_SCHEDULES:
             args += [in_buffers[1], index(b_strides)]  # the packed copy's batch stride
         else:
             args += [in_buffers[1], index(in_offsets[1]), *map(index, b_strides)]
@@ -227,7 +257,7 @@ def configure_gemm(kernel: GemmKernel, inputs, device_type: str) -> Launch:
     state = gemm_state(kernel)
     variant = state.choices.get(kernel.shape_key(inputs))
     if variant is None:
-        variant = default_variant(device_type, inputs[1].shape[-1])
+        variant = default_variant(device_type, inputs[1].shape[-1], mm_rows(inputs))
         if variant.schedule == "tiled":
             if state.limits is None:  # never tuned (a manual op): the device run_single uses
                 state.limits = device_limits(get_device())
@@ -243,11 +273,13 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
     if variant.schedule == "extern":
         return ExternGemmLaunch.create(kernel, a, b, extras, out_shape)
+    if variant.schedule == "rows" and a.dim() != 2:
+        raise ValueError(f"{variant.name}: the rows schedule runs plain (2-D) mms only")
     # every operand as (m, n, batch) strides; a plain mm is one batch with batch strides 0
     extra_strides = [_mnb(broadcast_strides(out_shape, e), a.dim()) for e in extras]
     reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
-    layouts = tuple(_extra_layout(s) for s in extra_strides) if variant.schedule == "packed" else ()
-    packed, tiled = variant.schedule == "packed", variant.schedule == "tiled"
+    packed, tiled, rows = variant.schedule == "packed", variant.schedule == "tiled", variant.schedule == "rows"
+    layouts = tuple(_extra_layout(s) for s in extra_strides) if packed or rows else ()
     spec = GemmSpec(DTYPE_NAMES[a.dtype], kernel.epilogue, index_type_for(reach), variant.tile_m, variant.tile_n,
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
@@ -255,13 +287,15 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
+    elif rows:  # a work-item per panel, which walks all of M itself
+        grid, local = (panels,), (1,)
     elif tiled:  # a group per block of C; the kernel requires exactly this group shape
         gx, gy = variant.group_shape
         grid, local = (-(-n // spec.block_n) * gx, -(-m // spec.block_m) * gy, batch), (gx, gy, 1)
     else:  # groups of a few row tiles share a B panel
         grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
     a_strides = _mnb(a.stride(), a.dim())
-    b_strides = panels * k * spec.tile_n * (a.dim() == 3) if spec.schedule == "packed" else _mnb(b.stride(), b.dim())
+    b_strides = panels * k * spec.tile_n * (a.dim() == 3) if packed or rows else _mnb(b.stride(), b.dim())
     out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
     launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
                         empty=batch * m * n == 0, local_size=local, flops=2.0 * batch * m * n * k)
@@ -305,7 +339,7 @@ class ExternGemmLaunch(PointwiseLaunch):
 def gemm_transforms(launch: Launch, inputs) -> list[str]:
     """One-time constant transforms a GEMM launch relies on, in words, for the report."""
     spec = launch.spec
-    if getattr(spec, "schedule", None) == "packed":
+    if getattr(spec, "schedule", None) in PANEL_SCHEDULES:
         *batch, k, n = inputs[1].shape
         panels, copies = -(-n // spec.tile_n), (batch or [1])[0]
         return [f"B [{'x'.join(map(str, inputs[1].shape))}] packed into {copies * panels} panels of "

@@ -7,6 +7,8 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
   float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). K is
   blocked so a slice of the panel stays in L1 while a stack of row tiles passes over it (the BLIS loop
   order). The epilogue runs on float16 vectors when the program allows it, else element by element.
+- rows (CPU, decode): the packed panels streamed along K by a work-item each, in passes of up to tile_m
+  rows with M a runtime argument (rows_gemm_source): one-token GEMMs run at the speed of reading B.
 - tiled (GPU): a work-group per block of C; A and B tiles staged through local memory, zero-filled past
   the edges, each work-item's register tile read from there (tiled_gemm_source).
 """
@@ -19,7 +21,7 @@ from torchfuser.ir.kernels import GemmSpec
 
 
 def gemm_source(spec: GemmSpec) -> str:
-    sources = {"packed": packed_gemm_source, "tiled": tiled_gemm_source}
+    sources = {"packed": packed_gemm_source, "tiled": tiled_gemm_source, "rows": rows_gemm_source}
     return sources.get(spec.schedule, strided_gemm_source)(spec)
 
 
@@ -115,6 +117,15 @@ __kernel void {spec.kernel_name}(
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
     """Epilogue and store of tile row i: float16 at a time on full panels, element by element on the tail."""
+    spill = " ".join(f"vstore16({value}, {v}, tile);" for v, value in enumerate(acc))
+    store = _store_panel_row(spec, acc, f"w{i}_", vector_epilogue, f"float tile[{spec.tile_n}]; {spill} ", "tile")
+    return f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {store} }}"
+
+
+def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogue: bool, tail_setup: str,
+                     tail_row: str) -> str:
+    """Epilogue and store of row m, columns n0.. of one panel: from the float16 accumulators `acc` on a full
+    panel (vector epilogues), else element by element from the floats `tail_row[j]` (after `tail_setup`)."""
     tn = spec.tile_n
     full_tile = []
     for v, value in enumerate(acc):
@@ -127,15 +138,75 @@ def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -
             ))
         body, (result,) = program_statements(
             spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
-            prefix=f"w{i}_{v}_", width=16,
+            prefix=f"{prefix}{v}_", width=16,
         )
         full_tile += loads + body + [f"vstore16({result}, 0, C + m * N + n0 + {16 * v});"]
-    spill = " ".join(f"vstore16({value}, {v}, tile);" for v, value in enumerate(acc))
-    tail = " ".join(_scalar_epilogue(spec, "tile[j]") + ["C[m * N + n] = r;"])
+    tail = " ".join(_scalar_epilogue(spec, f"{tail_row}[j]") + ["C[m * N + n] = r;"])
     vector_branch = f"if (n0 + {tn} <= N) {{ {' '.join(full_tile)} }} else " if vector_epilogue else ""
-    return (f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {vector_branch}"
-            f"{{ float tile[{tn}]; {spill} for (int j = 0; j < {tn} && n0 + j < N; ++j) "
-            f"{{ const {spec.index_type} n = n0 + j; {tail} }} }} }}")
+    return (f"{vector_branch}{{ {tail_setup}for (int j = 0; j < {tn} && n0 + j < N; ++j) "
+            f"{{ const {spec.index_type} n = n0 + j; {tail} }} }}")
+
+
+def rows_gemm_source(spec: GemmSpec) -> str:
+    """Decode GEMMs (M of 1 to ~16, a plain mm): B packed into [N/tile_n][K][tile_n] panels, a work-item per
+    panel (no local memory, groups of one). The item streams its panel along K once per pass of up to tile_m
+    rows, tile_n / 16 float16 loads per k and one broadcast FMA per row and vector, so at M = 1 the kernel
+    runs at the speed of reading the weights. M is a runtime argument and each row count 1..tile_m has its
+    own loop (no FMAs on padding rows); M > tile_m takes further passes, over a panel then in L2. A pass
+    leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes."""
+    idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
+    vectors = tn // 16
+    vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
+    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
+              "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
+
+    def rows_pass(r: int) -> str:
+        acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(r)]
+        rows = " ".join(f"__global const float* a{i} = A + offA + (m0 + {i}) * sam;" for i in range(r))
+        start = " ".join(f"float16 {acc[i][v]} = 0.0f;" for i in range(r) for v in range(vectors))
+        fmas = "\n          ".join(
+            f"{{ const float16 a = (float16)(a{i}[k * sak]); "
+            + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
+            for i in range(r))
+        spill = " ".join(f"vstore16({acc[i][v]}, {v}, tile[{i}]);" for i in range(r) for v in range(vectors))
+        return f"""{"default" if r == tm else f"case {r}"}: {{
+        {rows}
+        {start}
+        __global const float* bk = panel;
+        for ({idx} k = 0; k < K; ++k, bk += {tn}) {{
+          {load_b}
+          {fmas}
+        }}
+        {spill}
+      }} break;"""
+
+    acc = [f"acc{v}" for v in range(vectors)]
+    load_acc = " ".join(f"const float16 {acc[v]} = vload16({v}, tile[i]);" for v in range(vectors))
+    store = _store_panel_row(spec, acc, "w", vector_epilogue, "", "tile[i]")
+    passes = "\n      ".join(rows_pass(r) for r in range(1, tm + 1))
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
+__kernel void {spec.kernel_name}(
+    {(","+chr(10)+"    ").join(params)})
+{{
+  const {idx} nb = get_global_id(0);
+  const {idx} n0 = nb * {tn};
+  __global const float* panel = Bp + nb * K * {tn};
+  float tile[{tm}][{tn}];  // a pass's sums, for the epilogue loop that every row count shares
+  for ({idx} m0 = 0; m0 < M; m0 += {tm}) {{
+    const int rows = (int)min(M - m0, ({idx}){tm});
+    switch (rows) {{  // a loop per row count (K == 0: no step, the epilogue of 0)
+      {passes}
+    }}
+    for (int i = 0; i < rows; ++i) {{
+      const {idx} m = m0 + i;
+      {load_acc}
+      {store}
+    }}
+  }}
+}}
+"""
 
 
 def strided_gemm_source(spec: GemmSpec) -> str:

@@ -27,8 +27,10 @@ class GemmSpec(KernelSpec):
     # "strided": A and B read through their strides (any device). "packed": B pre-packed into
     # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe). "tiled": a
     # work-group per block_m x block_n block of C, A and B staged through local memory (the GPU recipe).
+    # "rows": decode / skinny GEMMs (small M, 2-D only) over the packed panels: a work-item streams one
+    # panel along K once per pass of up to tile_m rows, M a runtime argument (the CPU recipe for small M).
     schedule: str = "strided"
-    extra_layouts: tuple[str, ...] = ()  # packed: per extra input "row" (n-contiguous), "bcast" or "strided"
+    extra_layouts: tuple[str, ...] = ()  # packed, rows: per extra input "row" (n-contiguous), "bcast" or "strided"
     k_block: int = 0  # packed: K in blocks of this many (0: all of K at once); tiled: depth of a local tile
     row_blocks: int = 1  # packed: row tiles per work-item, each passing over the same K block of the panel
     block_m: int = 0  # tiled: rows of C per work-group (block_m / tile_m work-items along M)
@@ -39,8 +41,8 @@ class GemmSpec(KernelSpec):
     def __post_init__(self):
         if self.dtype != "float32":
             raise ValueError("the GEMM template supports float32")
-        if self.schedule not in ("strided", "packed", "tiled"):
-            raise ValueError("schedule is 'strided', 'packed' or 'tiled'")
+        if self.schedule not in ("strided", "packed", "tiled", "rows"):
+            raise ValueError("schedule is 'strided', 'packed', 'tiled' or 'rows'")
         tiled = self.schedule == "tiled"
         if tiled and not (self.k_block > 0 and self.block_m > 0 and self.block_n > 0
                           and self.block_m % self.tile_m == 0 and self.block_n % self.tile_n == 0):
@@ -49,6 +51,10 @@ class GemmSpec(KernelSpec):
             raise ValueError("block_m and block_n belong to the tiled schedule")
         if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
             raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
+        if self.schedule == "rows" and not (self.tile_n % 16 == 0 and len(self.extra_layouts) == self.n_extra
+                                            and 1 <= self.tile_m <= 16 and self.k_block == 0 and self.row_blocks == 1):
+            raise ValueError("rows GEMM: tile_n a multiple of 16, one layout per extra input, passes of 1 to 16 "
+                             "rows (tile_m), no K blocks and one row block")
         if self.k_block < 0 or self.row_blocks < 1:
             raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
