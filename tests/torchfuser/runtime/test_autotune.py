@@ -101,7 +101,8 @@ def test_a_damaged_database_is_ignored_with_a_warning_and_rewritten(tuning):
 
 
 def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch):
-    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())  # only the host BLAS is left to choose
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())  # only the host BLAS is left to choose...
+    monkeypatch.setattr(gemm_launch, "ROWS_MAX_M", 0)  # ...the decode schedule included
     x = torch.randn(17, 48)
     kernel = compile_and_check(model(), x)
     assert kernel["tuning"]["winner"] == "extern"
@@ -112,6 +113,8 @@ def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch)
 def test_autotune_off_takes_the_heuristic(tuning, monkeypatch):
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "0")
     kernel = compile_and_check(model(), torch.randn(5, 48))
+    assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "rows 8x32"
+    kernel = compile_and_check(model(), torch.randn(40, 48))  # more rows than the decode schedule takes
     assert kernel["tuning"]["source"].startswith("heuristic") and kernel["tuning"]["winner"] == "packed 8x32 k256 r8"
     assert any("once per weight version" in t for t in kernel["transforms"])
     assert not (tuning / "tuning.json").exists()
