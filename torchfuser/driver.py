@@ -131,13 +131,14 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
     for (node, kind, fake_inputs, tuning, launch), (lane, lane_reason) in zip(configured, lanes):
         target = node.target
         try:
-            built, status = plan.runtime.build(launch.spec, lane)
+            builts, status = plan.runtime.build(launch.spec, lane)
         except KernelBuildError as error:
             _build_failed(plan, report, node, error)
             continue
         plan.lanes[node.name] = lane
-        plan.built[(launch.spec, lane)] = built
-        seconds = built.build_seconds if status != "hit" else 0.0
+        plan.built[(launch.spec, lane)] = builts
+        built = builts[0]
+        seconds = sum(b.build_seconds for b in builts) if status != "hit" else 0.0
         total += seconds
         report.kernels.append(KernelEntry(
             name=launch.spec.kernel_name, node=node.name, kind=target.kind, group=target.group,

@@ -119,7 +119,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
             continue
         launch = launch_for(kernel, variant, inputs)
         try:
-            built, _ = runtime.build(launch.spec)
+            (built,), _ = runtime.build(launch.spec)  # the device's own build: its limits
         except KernelBuildError as error:
             rejected[variant.name] = f"build failed: {error.log.strip()[:200]}"
             continue

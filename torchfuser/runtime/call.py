@@ -21,7 +21,7 @@ from torchfuser.codegen import kernel_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
-from torchfuser.runtime.lanes import INLINE, THREADED, lane_rates, plan_lanes
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, lane_rates, plan_lanes, wait_for_worker
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
@@ -46,7 +46,7 @@ def _pyopencl():
 
 
 class Runtime:
-    """Per-device state shared by all compiled graphs: binder and host arena."""
+    """Per-device state shared by all compiled graphs: binder, host arena, the lanes' rates."""
 
     _by_device: dict = {}
 
@@ -55,9 +55,9 @@ class Runtime:
         self._rates = None  # measured on first use (lanes.py)
         self.arena = HostArena()
         self.binder = ZeroCopyBinder(device) if device.zero_copy else CopyingBinder(device)
-        # On a CPU device kernels run on the host's cores: host work between launches only slows them down
-        # (measured 15-30% per call on 2 vCPUs), so a call prepares every launch first and enqueues them
-        # together when something waits. A GPU starts each kernel as soon as it is enqueued.
+        # On a CPU device without an in-thread companion kernels run on the host's cores: host work between
+        # launches only slows them down (measured 15-30% per call on 2 vCPUs), so a call prepares every launch
+        # first and enqueues them together when something waits. A GPU starts each kernel when it is enqueued.
         self.defer_launches = device.type_name == "CPU"
 
     @classmethod
@@ -67,29 +67,48 @@ class Runtime:
             runtime = cls._by_device[device] = cls(device)
         return runtime
 
-    def build(self, spec, lane: str = THREADED):
-        """(BuiltKernel, cache status) for the lane's device; raises KernelBuildError."""
-        device = self.device.inline if lane == INLINE else self.device
-        return KERNELS.get(device, spec.kernel_name, kernel_source(spec))
+    def build(self, spec, lane: str = THREADED) -> tuple[list, str]:
+        """([BuiltKernel per device the lane uses: the workers' first], cache status of the first); raises
+        KernelBuildError."""
+        devices = {INLINE: [self.device.inline], SPLIT: [self.device, self.device.inline]}.get(lane, [self.device])
+        found = [KERNELS.get(device, spec.kernel_name, kernel_source(spec)) for device in devices]
+        return [built for built, _ in found], found[0][1]
 
     def lane(self, launch: Launch) -> tuple[str, str]:
-        """(lane, why): where this launch, on its own, runs cheapest."""
+        """(lane, why): where this launch runs cheapest."""
         return self.lanes([launch])[0]
 
     def lanes(self, launches: list) -> list[tuple[str, str]]:
-        """(lane, why) for each launch of a plan, in order; None entries are host steps between them, which
-        wait for the launches before them (lanes.plan_lanes)."""
+        """(lane, why) for each launch of a plan, in order (None entries: host steps between them)."""
         if self.device.inline is None:
             return [(THREADED, "the device has no in-thread companion") for launch in launches if launch is not None]
         if not self.device.zero_copy:  # results are read back from device buffers, through the queue
             return [(THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them")
                     for launch in launches if launch is not None]
+        chosen = plan_lanes(self.rates(), [None if x is None else (x.flops, x.nbytes) for x in launches])
+        present = [x for x in launches if x is not None]
+        # a launch of one work-group (along the split dim) cannot be split: it runs in the calling thread
+        return [(INLINE, "in the calling thread: one work-group") if lane == SPLIT and _cut(x, 0.5) is None
+                else (lane, why) for x, (lane, why) in zip(present, chosen)]
+
+    def rates(self):
         if self._rates is None:
             self._rates = lane_rates(self.device)
-        return plan_lanes(self._rates, [None if launch is None else (launch.flops, launch.nbytes) for launch in launches])
+        return self._rates
 
-    def queue(self, lane: str):
-        return self.device.inline.queue if lane == INLINE else self.device.queue
+    def split_point(self, launch: Launch) -> int:
+        """Where a split launch's dim 0 divides: the calling thread's work-groups come first."""
+        return _cut(launch, self.rates().inline_share(launch.flops, launch.nbytes))
+
+
+def _cut(launch: Launch, share: float) -> int | None:
+    """The first global index of the workers' part of dim 0 (a work-group boundary), or None if dim 0 holds
+    fewer than two work-groups."""
+    local = launch.local_size[0] if launch.local_size else 1
+    groups = launch.global_size[0] // local
+    if groups < 2:
+        return None
+    return min(groups - 1, max(1, round(groups * share))) * local
 
 
 class KernelStats:
@@ -97,6 +116,44 @@ class KernelStats:
         self.launches = 0
         self.profiled = 0
         self.seconds = 0.0
+
+
+class SplitEvents:
+    """A split launch's two events, profiled as one (from the earlier start to the later end); reading them
+    also moves the launch's split point towards the one where both parts would have ended together."""
+
+    __slots__ = ("worker", "here", "bound")
+
+    def __init__(self, worker, here, bound: "Bound"):
+        self.worker, self.here, self.bound = worker, here, bound
+
+    @property
+    def profile(self):
+        worker, here = self.worker.profile, self.here.profile
+        self._rebalance(worker, here)
+        return _Span(min(worker.start, here.start), max(worker.end, here.end))
+
+    def _rebalance(self, worker, here) -> None:
+        """Each side's rate this time, and the delay before the workers started, give the cut where both
+        would end at once; the bound moves half way there (the rates are noisy)."""
+        bound = self.bound
+        local = bound.launch.local_size[0] if bound.launch.local_size else 1
+        size = bound.launch.global_size[0]
+        mine, theirs = here.end - here.start, worker.end - worker.start
+        if mine <= 0 or theirs <= 0:
+            return
+        rate_here, rate_there = bound.cut / mine, (size - bound.cut) / theirs
+        delay = worker.start - here.start
+        balanced = (rate_here * rate_there * delay + rate_here * size) / (rate_here + rate_there)
+        groups = round((bound.cut + balanced) / 2 / local)
+        bound.cut = min(size // local - 1, max(1, groups)) * local
+
+
+class _Span:
+    __slots__ = ("start", "end")
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
 
 
 class _Slot:
@@ -109,23 +166,24 @@ class _Slot:
 
 
 class Bound:
-    """A configured launch ready to enqueue again: kernel, output layouts, argument lists by input offsets.
+    """A configured launch ready to enqueue again: kernels, output layouts, argument lists by input offsets.
 
-    A plan's Bound is `exclusive`: it runs its own copy of the built cl.Kernel, so the arguments it set
+    A plan's Bound is `exclusive`: it runs its own copies of the built cl.Kernels, so the arguments it set
     stay set (a steady call sets none) and a pending launch's arguments cannot be changed by another. One-off
-    launches (run_single, the autotuner) use the built kernel itself and set every argument each time.
+    launches (run_single, the autotuner) use the built kernels themselves and set every argument each time.
+    A split launch has two kernels, one per device (the workers' first), with the same arguments.
     """
 
-    __slots__ = ("launch", "built", "kernel", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "inline", "planned", "planned_buffers", "memo", "offsets")
+    __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
+                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets")
 
-    def __init__(self, launch: Launch, built, label: str, exclusive: bool = False, lane: str = THREADED):
-        self.launch, self.built, self.label = launch, built, label
-        self.inline = lane == INLINE
-        self.exclusive = exclusive and built is not None
-        self.kernel = _copy_kernel(built.kernel) if self.exclusive else built.kernel if built is not None else None
-        self.typed = False  # scalar argument dtypes declared on self.kernel
-        self.armed = None  # the argument list self.kernel holds (exclusive kernels only)
+    def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
+                 lane: str = THREADED, cut: int | None = None):
+        self.launch, self.builts, self.label, self.lane, self.cut = launch, builts or [], label, lane, cut
+        self.exclusive = exclusive and bool(builts)
+        self.kernels = [_copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
+        self.typed = False  # scalar argument dtypes declared on self.kernels
+        self.armed = None  # the argument list the kernels hold (exclusive kernels only)
         self.outputs = [OutputLayout.of(*o) for o in launch.outputs]
         self.planned: list | None = None  # outputs in a plan's planned blocks (the same tensors every call)
         self.planned_buffers: list | None = None
@@ -153,18 +211,20 @@ class Bound:
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
-    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "planned")
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "planned",
+                 "last_event")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
         self.binding = runtime.binder.begin_call()
-        self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) threaded kernels write
+        self.dirty: set[int] = set()  # storage addresses that enqueued (or pending) workers' kernels write
         self.alive: list = []
         self.events: list = []
         # Threaded launches bound but not yet enqueued (see Runtime.defer_launches): only exclusive ones,
         # whose cl.Kernel no other launch sets arguments on before they are enqueued.
-        self.pending: list | None = [] if runtime.defer_launches else None
-        self.threaded = False  # threaded launches were enqueued since the last wait for them
+        self.pending: list | None = [] if runtime.defer_launches and runtime.device.inline is None else None
+        self.threaded = False  # the workers have launches the calling thread has not waited for
+        self.last_event = None  # the workers' last one
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
         self.planned = False  # its kernels may write into the plan's planned blocks
 
@@ -175,11 +235,12 @@ class Call:
     def run_launch(self, launch, target: FusedKernel, inputs, on_build=None, label=None):
         """Allocate the outputs, bind the buffers and enqueue one configured launch (built on demand), in the
         lane where it runs cheapest."""
-        built, lane = None, THREADED
+        builts, lane, cut = None, THREADED, None
         if not launch.empty:
             lane = self.runtime.lane(launch)[0]
-            built = on_build(launch.spec, lane) if on_build else self.runtime.build(launch.spec, lane)[0]
-        return self.enqueue(Bound(launch, built, label or target.__name__, lane=lane), inputs)
+            builts = on_build(launch.spec, lane) if on_build else self.runtime.build(launch.spec, lane)[0]
+            cut = self.runtime.split_point(launch) if lane == SPLIT else None
+        return self.enqueue(Bound(launch, builts, label or target.__name__, lane=lane, cut=cut), inputs)
 
     def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False):
         """Allocate the outputs (unless given: planned ones), bind this call's buffers into the bound argument
@@ -208,22 +269,11 @@ class Call:
             else:
                 buffers += [self.binding.output_buffer(o) for o in outs]
             self._set_arguments(bound, buffers, offsets)
-            cl = _cl or _pyopencl()
-            if bound.inline:  # runs now, in this thread, once what the threaded queue holds is done
-                if self.threaded or self.pending:
-                    self.wait_threaded()
-                event = cl.enqueue_nd_range_kernel(self.runtime.device.inline.queue, bound.kernel,
-                                                   launch.global_size, launch.local_size)
-                self.events.append((bound.label, event))
+            if bound.lane == THREADED:
+                self._enqueue_threaded(bound)
             else:
-                if self.pending is not None and bound.exclusive:
-                    self.pending.append(bound)
-                else:
-                    self.flush()  # launches run in call order
-                    event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernel, launch.global_size,
-                                                       launch.local_size)
-                    self.events.append((bound.label, event))
-                    self.threaded = True
+                self._enqueue_here(bound)
+            if bound.lane != INLINE:  # the workers may still be writing: host reads wait, inputs stay alive
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                     self.dirty.add(o.data_ptr())
                 self.alive.append((inputs, outs))
@@ -231,6 +281,38 @@ class Call:
                 for o, buffer in zip(outs, buffers[len(inputs):]):
                     self.binding.wrote(o, buffer)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _enqueue_threaded(self, bound: Bound) -> None:
+        launch = bound.launch
+        if self.pending is not None and bound.exclusive:
+            self.pending.append(bound)
+        else:
+            self.flush()  # launches run in call order
+            cl = _cl or _pyopencl()
+            event = cl.enqueue_nd_range_kernel(self.runtime.device.queue, bound.kernels[0], launch.global_size,
+                                               launch.local_size)
+            self.events.append((bound.label, event))
+            self.threaded, self.last_event = True, event
+
+    def _enqueue_here(self, bound: Bound) -> None:
+        """An in-thread launch (done when this returns) or a split one (the workers' part started first, then
+        the calling thread's part run; the workers' part is waited for before anything else runs here)."""
+        if self.threaded or self.pending:
+            self.wait_threaded()  # this launch may read what the workers write
+        cl = _cl or _pyopencl()
+        launch, device = bound.launch, self.runtime.device
+        if bound.lane == INLINE:
+            event = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[0], launch.global_size,
+                                               launch.local_size)
+            self.events.append((bound.label, event))
+            return
+        rest = launch.global_size[1:]
+        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], (launch.global_size[0] - bound.cut, *rest),
+                                            launch.local_size, global_work_offset=(bound.cut,) + (0,) * len(rest))
+        device.queue.flush()
+        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], (bound.cut, *rest), launch.local_size)
+        self.events.append((bound.label, SplitEvents(worker, here, bound)))
+        self.threaded, self.last_event = True, worker
 
     def _input_buffers(self, bound: Bound, inputs) -> list | None:
         """The buffers of the inputs (None if one is misaligned); long-lived inputs seen last time are not
@@ -253,7 +335,6 @@ class Call:
         return buffers
 
     def _set_arguments(self, bound: Bound, buffers: list, offsets: tuple) -> None:
-        kernel = bound.kernel
         if bound.launch.static_arguments:
             args, positions = bound.argument_list(offsets)
             changed = bound.armed is not args
@@ -262,17 +343,19 @@ class Call:
                     args[k] = buffers[i]
                     changed = True
             if not changed:
-                return  # the kernel still holds exactly these arguments
+                return  # the kernels still hold exactly these arguments
         else:
             n_in = len(offsets)
             args = bound.launch.arguments(buffers[:n_in], list(offsets), buffers[n_in:])
         if not bound.typed:  # declared scalar types make set_args ~50x cheaper in pyopencl
-            if bound.exclusive or not bound.built.typed:  # BuiltKernel.typed: its own kernel is typed
-                kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in args])
-            bound.built.typed |= not bound.exclusive
+            for kernel, built in zip(bound.kernels, bound.builts):
+                if bound.exclusive or not built.typed:  # BuiltKernel.typed: its own kernel is typed
+                    kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in args])
+                built.typed |= not bound.exclusive
             bound.typed = True
-        kernel.set_args(*args)
-        # The list holds the buffers the kernel now points at, so none is released while set there.
+        for kernel in bound.kernels:
+            kernel.set_args(*args)
+        # The list holds the buffers the kernels now point at, so none is released while set there.
         bound.armed = args if bound.exclusive and bound.launch.static_arguments else None
 
     def _aligned(self, t: torch.Tensor) -> torch.Tensor:
@@ -293,24 +376,27 @@ class Call:
             queue = self.runtime.device.queue
             for bound in self.pending:
                 launch = bound.launch
-                event = cl.enqueue_nd_range_kernel(queue, bound.kernel, launch.global_size, launch.local_size)
+                event = cl.enqueue_nd_range_kernel(queue, bound.kernels[0], launch.global_size, launch.local_size)
                 self.events.append((bound.label, event))
             self.pending.clear()
-            self.threaded = True
+            self.threaded, self.last_event = True, event
 
     def wait_threaded(self) -> None:
-        """Enqueue what is pending and wait for every threaded launch."""
+        """Enqueue what is pending and wait for every launch of the workers."""
         self.flush()
         if self.threaded:
-            self.binding.to_host()
-            self.threaded = False
+            if self.runtime.device.inline is not None:
+                wait_for_worker(self.runtime.device, self.last_event)
+            else:
+                self.binding.to_host()
+            self.threaded, self.last_event = False, None
         self.dirty.clear()
 
     def sync(self) -> None:
         if self.binding.tracks_writes:  # results to copy back from a device with its own memory
             self.flush()
             self.binding.to_host()
-            self.threaded = False
+            self.threaded, self.last_event = False, None
             self.dirty.clear()
         else:
             self.wait_threaded()

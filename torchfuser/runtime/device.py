@@ -113,11 +113,31 @@ def pin_pocl_workers() -> None:
         os.environ["POCL_AFFINITY"] = "1"
 
 
-def expose_inline_device() -> None:
+def expose_inline_device() -> bool:
     """Ask PoCL for its in-thread `basic` device beside the threaded one (POCL_DEVICES, read when the OpenCL
-    platform starts), unless the user chose PoCL's devices (or TORCHFUSER_INLINE=0)."""
-    if "POCL_DEVICES" not in os.environ and os.environ.get("TORCHFUSER_INLINE", "1") != "0":
-        os.environ["POCL_DEVICES"] = "pthread basic"
+    platform starts), with one worker thread fewer than the CPUs this process may use (the calling thread
+    takes a share of every split launch: lanes.py), unless the user chose PoCL's devices (or
+    TORCHFUSER_INLINE=0). True when it did."""
+    if "POCL_DEVICES" in os.environ or os.environ.get("TORCHFUSER_INLINE", "1") == "0":
+        return False
+    os.environ["POCL_DEVICES"] = "pthread basic"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", str(max(1, cpus - 1)))
+    return True
+
+
+_pocl_configured = []
+
+
+def configure_pocl() -> None:
+    """PoCL's environment, set once per process before its platform starts: the in-thread device, or else
+    pinned workers. Pinned workers each keep a CPU of their own; beside the calling thread (which computes
+    its share of every split launch), a worker pinned to its CPU would wait for the calling thread to move
+    off it, so they stay unpinned then."""
+    if not _pocl_configured:
+        _pocl_configured.append(True)
+        if not expose_inline_device():
+            pin_pocl_workers()
 
 
 def _companion(devices: list, device) -> object | None:
@@ -129,8 +149,7 @@ def _companion(devices: list, device) -> object | None:
 
 def _platform_devices() -> list[tuple[str, object, object | None]]:
     """(P:D, device, its in-thread companion) for every listed device; companions are not listed."""
-    pin_pocl_workers()
-    expose_inline_device()
+    configure_pocl()
     import pyopencl as cl
 
     try:

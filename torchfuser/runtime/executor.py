@@ -28,7 +28,7 @@ from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import THREADED
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 
@@ -69,8 +69,11 @@ class KernelStep:
     def _bind(self, call: Call, args, key: tuple) -> Bound:
         launch = configure(self.target, args, call.runtime.device.type_name)
         lane = THREADED if launch.empty else self.plan.lanes.get(self.name) or call.runtime.lane(launch)[0]
-        built = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
-        bound = Bound(launch, built, self.name, exclusive=True, lane=lane)
+        builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
+        cut = call.runtime.split_point(launch) if lane == SPLIT else None
+        if lane == SPLIT and cut is None:  # another layout than the plan's, too small to split
+            lane, builts = INLINE, self.plan.kernel_for(launch.spec, INLINE)
+        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, cut=cut)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
             bound.planned = None if None in planned else planned
@@ -163,18 +166,18 @@ class Plan:
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i]), cache))
         self.stats: dict[str, KernelStats] = {}
-        self.built: dict = {}  # (spec, lane) -> BuiltKernel (skips the cache lookup on steady calls)
+        self.built: dict = {}  # (spec, lane) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
 
-    def kernel_for(self, spec, lane: str):
-        built = self.built.get((spec, lane))
-        if built is None:
-            built, _ = self.runtime.build(spec, lane)
-            self.built[(spec, lane)] = built
-        return built
+    def kernel_for(self, spec, lane: str) -> list:
+        builts = self.built.get((spec, lane))
+        if builts is None:
+            builts, _ = self.runtime.build(spec, lane)
+            self.built[(spec, lane)] = builts
+        return builts
 
     def run(self, args, trusted: bool = False):
         """Run the graph on `args`. trusted: the caller guarantees shapes, strides and dtypes of these inputs

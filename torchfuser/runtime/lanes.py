@@ -1,12 +1,17 @@
-"""Where a launch runs on a CPU device: in the calling thread, or on PoCL's worker threads.
+"""Where a launch runs on a CPU device: in the calling thread alone, or shared with PoCL's worker threads.
 
-Waking the threaded device's workers and waiting for them costs tens of microseconds per call; a kernel
-that takes less than that on one core is done sooner in the calling thread (PoCL's basic device,
-`Device.inline`). A plan's launches are placed together (`plan_lanes`): each by its work (the bytes it
-moves, the FLOPs it computes) and the rates measured on this machine (copy bandwidth and FMA throughput of
-one thread and of all workers, the cost of a launch on each), and every run of consecutive threaded
-launches pays one wake-and-wait of the workers, so a small kernel between two big ones may join them. They are measured once per process and device
-(a fraction of a second) and merged into the tuning database, keeping the best rates and the cheapest wake
+Waking PoCL's worker threads and waiting for them costs tens of microseconds per launch (more on a virtual
+machine, whose idle vCPUs sleep); a kernel that takes less than that on one core is done sooner in the calling
+thread (PoCL's basic device, `Device.inline`, runs a kernel inside the call that enqueues it). A bigger
+launch is split (SPLIT): its first work-groups run in the calling thread while the workers (one core fewer
+than the machine has, so the calling thread keeps one) run the rest, started first; the calling thread
+starts at once, and its share is larger by what the workers lose to their wake. Where there is no in-thread
+device (GPUs, or TORCHFUSER_INLINE=0), everything runs on the device (THREADED).
+
+A launch is placed by its work (the bytes it moves, the FLOPs it computes) and the rates measured on this
+machine: copy bandwidth and FMA throughput of the calling thread alone and of a split launch, the cost of an
+empty launch each way, and the wake of idle workers. They are measured once per process and device (a
+fraction of a second) and merged into the tuning database, keeping the best rates and the cheapest costs
 seen: other work on a shared machine only ever makes them look worse, so the merged figures approach what
 the machine can do.
 """
@@ -21,8 +26,8 @@ import numpy as np
 
 from torchfuser.runtime.tuning_db import TuningDatabase
 
-INLINE, THREADED = "inline", "threaded"
-_RATES_KEY = "lane rates v3"
+INLINE, SPLIT, THREADED = "inline", "split", "threaded"
+_RATES_KEY = "lane rates v4"
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
 _PROBES = """
 __kernel void copy16(__global const float16* src, __global float16* dst) {
@@ -45,55 +50,44 @@ __kernel void nothing(__global float* out) { }
 class LaneRates:
     inline_bytes_per_s: float
     inline_flops_per_s: float
-    threaded_bytes_per_s: float
-    threaded_flops_per_s: float
-    wake_seconds: float  # one launch of an empty kernel on the threaded device, idle before, and the wait for it
+    split_bytes_per_s: float  # the calling thread and the workers on one launch together
+    split_flops_per_s: float
+    wake_seconds: float  # an empty launch on idle workers, and the wait for it
     inline_launch_seconds: float  # an empty kernel in the calling thread
-    threaded_launch_seconds: float  # one more empty kernel on the workers, once they are awake
+    split_launch_seconds: float  # an empty split launch, workers awake
 
     def seconds(self, lane: str, flops: float, nbytes: float) -> float:
-        """The time a launch of this work is expected to take in `lane`, not counting the wake."""
+        """The time a launch of this work is expected to take in `lane`, from the call to its result."""
+        alone = max(flops / self.inline_flops_per_s, nbytes / self.inline_bytes_per_s)
         if lane == INLINE:
-            return max(flops / self.inline_flops_per_s, nbytes / self.inline_bytes_per_s) + self.inline_launch_seconds
-        return (max(flops / self.threaded_flops_per_s, nbytes / self.threaded_bytes_per_s)
-                + self.threaded_launch_seconds)
+            return alone + self.inline_launch_seconds
+        together = max(flops / self.split_flops_per_s, nbytes / self.split_bytes_per_s)
+        return max(together, (alone + self.wake_seconds) / 2) + self.split_launch_seconds
+
+    def inline_share(self, flops: float, nbytes: float) -> float:
+        """The calling thread's share of a split launch: half, and what the workers lose to their wake."""
+        alone = max(flops / self.inline_flops_per_s, nbytes / self.inline_bytes_per_s)
+        return min(0.9, 0.5 + self.wake_seconds / (2 * alone)) if alone > 0 else 0.9
 
 
 def plan_lanes(rates: LaneRates | None, works: list) -> list[tuple[str, str]]:
-    """(lane, why in words) for each launch of a sequence. works: (flops, bytes) per launch, or None for a host
-    step that waits for every launch before it. The sequence's expected time is the least over lane choices
-    of each launch's time in its lane plus one wake per run of consecutive threaded launches (a host step
-    ends a run); threaded everywhere where there is no in-thread device."""
+    """(lane, why in words) for each launch of a sequence; works: (flops, bytes) per launch, or None for a host
+    step between launches (it does not change a launch's lane: each pays for its own workers)."""
     if rates is None:
         return [(THREADED, "the device has no in-thread companion") for w in works if w is not None]
-    # best[lane]: (least expected time of the launches so far, ending in that lane, with the choices)
-    best = {INLINE: (0.0, ()), THREADED: (float("inf"), ())}
-    for work in works:
-        if work is None:  # a host read: the workers are idle after it, as at the start
-            total, choices = min(best.values(), key=lambda b: b[0])
-            best = {INLINE: (total, choices), THREADED: (float("inf"), choices)}
-            continue
-        inline, threaded = rates.seconds(INLINE, *work), rates.seconds(THREADED, *work)
-        from_inline, from_threaded = best[INLINE], best[THREADED]
-        stay = from_threaded[0] + threaded
-        wake = from_inline[0] + rates.wake_seconds + threaded
-        joined = (stay, from_threaded[1]) if stay <= wake else (wake, from_inline[1])
-        into_inline = min(best.values(), key=lambda b: b[0])
-        best = {INLINE: (into_inline[0] + inline, into_inline[1] + ((INLINE, inline, threaded),)),
-                THREADED: (joined[0], joined[1] + ((THREADED, inline, threaded),))}
-    _, choices = min(best.values(), key=lambda b: b[0])
-    return [(lane, _why(lane, inline, threaded, rates.wake_seconds)) for lane, inline, threaded in choices]
+    return [choose_lane(rates, *work) for work in works if work is not None]
 
 
 def choose_lane(rates: LaneRates | None, flops: float, nbytes: float) -> tuple[str, str]:
-    """(lane, why in words) for one launch on its own."""
-    return plan_lanes(rates, [(flops, nbytes)])[0]
-
-
-def _why(lane: str, inline: float, threaded: float, wake: float) -> str:
-    where = "in the calling thread" if lane == INLINE else "on the worker threads"
-    return (f"{where}: expected {inline * 1e6:.1f} us in the calling thread, {threaded * 1e6:.1f} us on the "
-            f"workers, plus {wake * 1e6:.0f} us to wake them once per run of threaded launches")
+    """(lane, why in words) for a launch of this work."""
+    if rates is None:
+        return THREADED, "the device has no in-thread companion"
+    inline, split = rates.seconds(INLINE, flops, nbytes), rates.seconds(SPLIT, flops, nbytes)
+    lane = INLINE if inline <= split else SPLIT
+    where = ("in the calling thread" if lane == INLINE else
+             f"split: {100 * rates.inline_share(flops, nbytes):.0f} % in the calling thread, the rest on the workers")
+    return lane, (f"{where}: expected {inline * 1e6:.1f} us in the calling thread alone, {split * 1e6:.1f} us "
+                  f"split (the workers' wake: {rates.wake_seconds * 1e6:.0f} us)")
 
 
 def lane_rates(device) -> LaneRates | None:
@@ -112,11 +106,10 @@ def lane_rates(device) -> LaneRates | None:
 
 
 def _best_of(a: LaneRates, b: LaneRates) -> LaneRates:
-    return LaneRates(max(a.inline_bytes_per_s, b.inline_bytes_per_s), max(a.inline_flops_per_s, b.inline_flops_per_s),
-                     max(a.threaded_bytes_per_s, b.threaded_bytes_per_s),
-                     max(a.threaded_flops_per_s, b.threaded_flops_per_s), min(a.wake_seconds, b.wake_seconds),
-                     min(a.inline_launch_seconds, b.inline_launch_seconds),
-                     min(a.threaded_launch_seconds, b.threaded_launch_seconds))
+    rates, costs = ("inline_bytes_per_s", "inline_flops_per_s", "split_bytes_per_s", "split_flops_per_s"), (
+        "wake_seconds", "inline_launch_seconds", "split_launch_seconds")
+    best = {k: max(getattr(a, k), getattr(b, k)) for k in rates} | {k: min(getattr(a, k), getattr(b, k)) for k in costs}
+    return LaneRates(**best)
 
 
 def _measure(device) -> LaneRates:
@@ -126,48 +119,71 @@ def _measure(device) -> LaneRates:
     program = cl.Program(context, _PROBES).build(devices=[device.cl_device, device.inline.cl_device])
     src = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
     dst = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
-    fma_items, loops = 64 * device.cl_device.max_compute_units, 2000
+    fma_items, loops = 64 * (device.cl_device.max_compute_units + 1), 2000
     out = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, 64 * fma_items)
-    rates = []
-    for dev in (device.inline, device):
-        copy, fma = cl.Kernel(program, "copy16"), cl.Kernel(program, "fma16")
-        copy.set_args(src, dst)
-        fma.set_args(out, np.int32(loops))
-        copy_s = _best(dev.queue, copy, (_COPY_BYTES // 64,), (16,))
-        fma_s = _best(dev.queue, fma, (fma_items,), (1,))
-        rates += [2 * _COPY_BYTES / copy_s, fma_items * loops * 8 * 16 * 2 / fma_s]
-    nothing = cl.Kernel(program, "nothing")
-    nothing.set_args(out)
-    launches = []
-    for dev in (device.inline, device):
-        cl.enqueue_nd_range_kernel(dev.queue, nothing, (1,), (1,))
-        dev.queue.finish()
-        started = time.perf_counter()
-        for _ in range(20):
-            cl.enqueue_nd_range_kernel(dev.queue, nothing, (1,), (1,))
-        dev.queue.finish()
-        launches.append((time.perf_counter() - started) / 20)
+
+    def kernels(name, *args):
+        pair = cl.Kernel(program, name), cl.Kernel(program, name)
+        for kernel in pair:
+            kernel.set_args(*args)
+        return pair
+
+    copy, fma, nothing = kernels("copy16", src, dst), kernels("fma16", out, np.int32(loops)), kernels("nothing", out)
+    copy_items = _COPY_BYTES // 64
+    inline_copy = _best(lambda: _inline(device, copy, copy_items, 16))
+    inline_fma = _best(lambda: _inline(device, fma, fma_items, 1))
+    split_copy = _best(lambda: _split(device, copy, copy_items, 16, 0.5))
+    split_fma = _best(lambda: _split(device, fma, fma_items, 1, 0.5))
     wakes = []
     for _ in range(11):
         time.sleep(0.002)  # long enough for the workers to go to sleep, as they do between calls
         started = time.perf_counter()
-        cl.enqueue_nd_range_kernel(device.queue, nothing, (1,), (1,))
+        cl.enqueue_nd_range_kernel(device.queue, nothing[0], (1,), (1,))
         device.queue.finish()
         wakes.append(time.perf_counter() - started)
-    # the lower quartile: a machine shared with other work makes some wakes slower, not faster
-    return LaneRates(*rates, wake_seconds=statistics.quantiles(wakes, n=4)[0], inline_launch_seconds=launches[0],
-                     threaded_launch_seconds=launches[1])
+    return LaneRates(
+        inline_bytes_per_s=2 * _COPY_BYTES / inline_copy, inline_flops_per_s=fma_items * loops * 256 / inline_fma,
+        split_bytes_per_s=2 * _COPY_BYTES / split_copy, split_flops_per_s=fma_items * loops * 256 / split_fma,
+        # the lower quartile: a machine shared with other work makes some wakes slower, not faster
+        wake_seconds=statistics.quantiles(wakes, n=4)[0],
+        inline_launch_seconds=_best(lambda: _inline(device, nothing, 2, 1), 20),
+        split_launch_seconds=_best(lambda: _split(device, nothing, 2, 1, 0.5), 20))
 
 
-def _best(queue, kernel, global_size, local_size, repeats: int = 5) -> float:
-    """Best profiled time of a few launches (the first one compiles the work-group function): the rate the
-    machine can do, which other work on a shared machine only ever lowers."""
+def _inline(device, pair, items: int, local: int) -> None:
     import pyopencl as cl
 
-    cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size).wait()
+    cl.enqueue_nd_range_kernel(device.inline.queue, pair[1], (items,), (local,))
+
+
+def _split(device, pair, items: int, local: int, share: float) -> None:
+    import pyopencl as cl
+
+    cut = int(items * share) // local * local
+    event = cl.enqueue_nd_range_kernel(device.queue, pair[0], (items - cut,), (local,), global_work_offset=(cut,))
+    device.queue.flush()
+    cl.enqueue_nd_range_kernel(device.inline.queue, pair[1], (cut,), (local,))
+    wait_for_worker(device, event)
+
+
+def wait_for_worker(device, event) -> None:
+    """Spin until the workers finished `event` (a blocked thread on an idle vCPU wakes tens of us late), then
+    finish the queue (which holds nothing more by then)."""
+    import pyopencl as cl
+
+    complete = cl.command_execution_status.COMPLETE
+    while event.command_execution_status != complete:
+        pass
+    device.queue.finish()
+
+
+def _best(run, repeats: int = 5) -> float:
+    """The fastest of a few timed runs after one untimed (the first compiles the work-group function): the
+    rate the machine can do, which other work on a shared machine only ever lowers."""
+    run()
     times = []
     for _ in range(repeats):
-        event = cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
-        event.wait()
-        times.append((event.profile.end - event.profile.start) * 1e-9)
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
     return min(times)

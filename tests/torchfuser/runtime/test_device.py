@@ -39,7 +39,7 @@ def test_the_users_choice_stands(monkeypatch):
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or os.sched_getaffinity(0) != set(range(os.cpu_count())),
                     reason="needs Linux and a process that may use every CPU")
-def test_a_new_process_runs_one_pinned_worker_per_cpu():
+def test_without_the_in_thread_device_a_new_process_runs_one_pinned_worker_per_cpu():
     child = textwrap.dedent("""
         import os, torch, torchfuser
         fn = torchfuser.compile(lambda x: x * 2 + 1)
@@ -52,8 +52,27 @@ def test_a_new_process_runs_one_pinned_worker_per_cpu():
         units = torchfuser.runtime.device.get_device().cl_device.max_compute_units
         print(sorted(pinned), list(range(units)))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "POCL_AFFINITY"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POCL_")}
+    env["TORCHFUSER_INLINE"] = "0"
     done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     pinned, expected = done.stdout.strip().splitlines()[-1].split("] [")
     assert pinned + "]" == "[" + expected, done.stdout  # worker i on CPU i, one per compute unit
+
+
+def test_by_default_a_new_process_gets_the_in_thread_device_and_a_worker_fewer_than_its_cpus():
+    child = textwrap.dedent("""
+        import os, torch, torchfuser
+        from torchfuser.runtime.device import get_device, list_devices
+        fn = torchfuser.compile(lambda x: x * 2 + 1)
+        torch.testing.assert_close(fn(torch.ones(8)), torch.full((8,), 3.0))
+        device = get_device()
+        print(device.inline.name.split("-")[0], device.cl_device.max_compute_units, len(os.sched_getaffinity(0)),
+              any(d.name.startswith("basic") for _, d in list_devices()), os.environ.get("POCL_AFFINITY"))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POCL_") and k != "TORCHFUSER_INLINE"}
+    done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    companion, workers, cpus, listed, affinity = done.stdout.split()[-5:]
+    assert companion == "basic" and int(workers) == max(1, int(cpus) - 1)
+    assert listed == "False" and affinity == "None"  # the companion is not listed; the workers are not pinned

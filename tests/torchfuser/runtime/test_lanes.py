@@ -1,4 +1,4 @@
-"""Where launches run: the lanes of a plan chosen together from measured rates, and the two lanes agreeing."""
+"""Where launches run: in the calling thread or split with the workers, chosen from measured rates; both agree."""
 
 import pytest
 import torch
@@ -8,11 +8,11 @@ import torchfuser
 from eager_compare import assert_close
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.lanes import INLINE, THREADED, LaneRates, plan_lanes
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, LaneRates, plan_lanes
 
-RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, threaded_bytes_per_s=45e9,
-                  threaded_flops_per_s=200e9, wake_seconds=40e-6, inline_launch_seconds=1.5e-6,
-                  threaded_launch_seconds=6e-6)
+RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, split_bytes_per_s=45e9,
+                  split_flops_per_s=200e9, wake_seconds=40e-6, inline_launch_seconds=1.5e-6,
+                  split_launch_seconds=15e-6)
 TINY, BIG = (0.0, 4e3), (2.0 * 768 * 3072, 9.4e6)
 
 
@@ -20,30 +20,31 @@ def lanes(works):
     return [lane for lane, _ in plan_lanes(RATES, works)]
 
 
-def test_small_launches_run_in_the_calling_thread_and_big_ones_on_the_workers():
+def test_small_launches_run_in_the_calling_thread_and_big_ones_split():
     assert lanes([TINY]) == [INLINE]
-    assert lanes([BIG]) == [THREADED]
-    assert lanes([TINY, TINY, TINY]) == [INLINE] * 3
+    assert lanes([BIG]) == [SPLIT]
+    assert lanes([TINY, BIG, None, TINY]) == [INLINE, SPLIT, INLINE]
 
 
-def test_a_small_launch_between_big_ones_joins_their_run_rather_than_pay_a_second_wake():
-    assert lanes([BIG, TINY, BIG]) == [THREADED] * 3
-    # after the run the call waits for the workers anyway: a small launch then runs in the calling thread
-    assert lanes([TINY, BIG, TINY]) == [INLINE, THREADED, INLINE]
-    # a host step ends a run (the workers sleep again after it): the next big launch pays a wake of its own
-    assert lanes([BIG, None, TINY, BIG]) == [THREADED, INLINE, THREADED]
+def test_the_calling_threads_share_of_a_split_covers_the_workers_wake():
+    alone = BIG[1] / RATES.inline_bytes_per_s
+    assert RATES.inline_share(*BIG) == pytest.approx(0.5 + RATES.wake_seconds / (2 * alone))
+    assert 0.5 < RATES.inline_share(*BIG) < 0.9 and RATES.inline_share(0.0, 1e3) == 0.9
+    # a split launch takes at least half of its time alone plus the wake, and no less than both sides together
+    assert RATES.seconds(SPLIT, *BIG) >= (alone + RATES.wake_seconds) / 2
 
 
 def test_the_reasons_give_both_estimates():
     (lane, why), = plan_lanes(RATES, [BIG])
-    assert lane == THREADED and "on the worker threads" in why and "in the calling thread" in why
+    assert lane == SPLIT and "in the calling thread alone" in why and "split" in why
     assert plan_lanes(None, [TINY, None, BIG]) == [(THREADED, "the device has no in-thread companion")] * 2
 
 
 @pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
-@pytest.mark.parametrize("lane", [INLINE, THREADED])
+@pytest.mark.parametrize("lane", [INLINE, SPLIT])
 def test_every_kind_computes_the_same_in_either_lane(lane, monkeypatch):
-    """The same plan with every launch forced into one lane agrees with eager (and so with the other lane)."""
+    """The same plan with every launch forced into one lane agrees with eager (and so with the other lane);
+    a split launch's halves (the calling thread's and the workers') together compute every element."""
     monkeypatch.setattr(Runtime, "lanes", lambda self, launches: [(lane, "forced") for x in launches if x is not None])
     monkeypatch.setattr(Runtime, "lane", lambda self, launch: (lane, "forced"))
 
