@@ -122,7 +122,7 @@ def check_variants(device, shapes, reps) -> list[str]:
                     continue
                 launch = gemm_launch.launch_for(kernel, variant, inputs)
                 try:
-                    built, _ = runtime.build(launch.spec)
+                    (built,), _ = runtime.build(launch.spec)
                 except KernelBuildError as error:
                     failures.append(f"{name} {m}x{k}x{n} {variant.name}: build failed")
                     print(f"{label} BUILD FAILED\n{error.log[-2000:]}")
