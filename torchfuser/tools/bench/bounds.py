@@ -11,6 +11,7 @@ import torch
 
 import torchfuser
 from torchfuser.runtime.device import get_device
+from torchfuser.runtime.lanes import wait_for_worker
 from torchfuser.runtime.timing import interleaved_medians
 
 COPY_BYTES = 64 << 20  # per copy operand: well over any L3 here (32 MiB on the EPYCs), so DRAM is what is measured
@@ -44,30 +45,44 @@ def fma_ceiling(rounds: int = 20, flop_per_launch: float = 2e9) -> float | None:
     does not cover every launch), and each launch's profiled time (kernel only) counts: the result is the best
     launch of the best variant, as noise only slows a launch down. No data is read in
     the loop, so nothing but the FMA units limits it; a FMA counts 2 FLOP. None without an OpenCL device.
+    Where the device has an in-thread companion, each launch is split as the runtime splits big launches (half
+    of the work-groups in the calling thread, half on the workers, one core fewer than the CPUs), and its
+    time runs from the earlier part's start to the later part's end.
     """
     import pyopencl as cl
 
     device = get_device()
     if device is None:
         return None
-    groups = 16 * device.cl_device.max_compute_units
-    programs = {c: cl.Program(device.context, _fma_source(c)).build() for c in {c for c, _ in FMA_VARIANTS}}
+    groups = 16 * (device.cl_device.max_compute_units + (device.inline is not None))
+    devices = [device.cl_device] + ([device.inline.cl_device] if device.inline is not None else [])
+    programs = {c: cl.Program(device.context, _fma_source(c)).build(devices=devices)
+                for c in {c for c, _ in FMA_VARIANTS}}
     launches = []
     for chains, local in FMA_VARIANTS:
         if local > device.cl_device.max_work_group_size:
             continue
         items = groups * local
         loops = max(1, int(flop_per_launch / (items * chains * 16 * 2)))
-        kernel = cl.Kernel(programs[chains], f"fma_probe_{chains}")
+        kernels = [cl.Kernel(programs[chains], f"fma_probe_{chains}") for _ in devices]
         out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 64 * items)
-        launches.append((kernel, out, items, local, loops, items * loops * chains * 16 * 2))
+        launches.append((kernels, out, items, local, loops, items * loops * chains * 16 * 2))
     best = 0.0
     for _ in range(rounds):
-        for kernel, out, items, local, loops, flop in launches:
-            kernel.set_args(out, np.int32(loops))
-            event = cl.enqueue_nd_range_kernel(device.queue, kernel, (items,), (local,))
-            event.wait()
-            seconds = (event.profile.end - event.profile.start) * 1e-9
+        for kernels, out, items, local, loops, flop in launches:
+            for kernel in kernels:
+                kernel.set_args(out, np.int32(loops))
+            if device.inline is None:
+                events = [cl.enqueue_nd_range_kernel(device.queue, kernels[0], (items,), (local,))]
+                events[0].wait()
+            else:
+                cut = items // 2 // local * local
+                events = [cl.enqueue_nd_range_kernel(device.queue, kernels[0], (items - cut,), (local,),
+                                                     global_work_offset=(cut,))]
+                device.queue.flush()
+                events.append(cl.enqueue_nd_range_kernel(device.inline.queue, kernels[1], (cut,), (local,)))
+                wait_for_worker(device, events[0])
+            seconds = (max(e.profile.end for e in events) - min(e.profile.start for e in events)) * 1e-9
             if seconds > 0:
                 best = max(best, flop / seconds)
     return best or None
