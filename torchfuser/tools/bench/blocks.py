@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
+from torchfuser.runtime.timing import interleaved_medians
 from torchfuser.tools.bench.common import against_peers, slower_flag, times_columns, times_head
 from torchfuser.tools.bench.gemm import count_flops, flop_bound_share
 
@@ -88,21 +89,23 @@ def eager_op_counts(fn) -> tuple[int, int]:
 
 
 @torch.no_grad()
-def block_row(name: str, repeats: int, inductor: bool, **shape) -> dict:
+def block_row(name: str, repeats: int, inductor: bool, alone: bool = False, **shape) -> dict:
     """One block of BLOCKS at FULL's shape updated by `shape` (see module_row), with its shape."""
     shape = {**FULL, **shape}
     torch.manual_seed(0)
     block = BLOCKS[name](**shape).eval()
     x = torch.randn(shape["batch"], shape["seq"], shape["width"])
-    return {**module_row(name, block, x, repeats, inductor), "shape": shape}
+    return {**module_row(name, block, x, repeats, inductor, alone=alone), "shape": shape}
 
 
 @torch.no_grad()
 def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, inductor: bool,
-               rtol: float = RTOL, atol: float = ATOL) -> dict:
+               rtol: float = RTOL, atol: float = ATOL, alone: bool = False) -> dict:
     """torchfuser checked against eager, then the peers and torchfuser timed interleaved (steady state);
     launches, fallbacks and per-kernel times from the CompileReports of the graphs Dynamo captured; the GEMM
-    FLOPs of a call and the bytes of the module's parameters, for the bounds."""
+    FLOPs of a call and the bytes of the module's parameters, for the bounds. alone: eager and torchfuser also
+    each timed on their own (no other candidate between their blocks to evict their weights from the caches
+    or leave OpenMP threads spinning), as a program calling only one of them runs."""
     with torchfuser.collect_reports() as reports:
         fused = torchfuser.compile(module)
         actual = _hidden(fused(x))
@@ -120,6 +123,10 @@ def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, indu
 
     flops = count_flops(module, x)
     medians = against_peers(module, (x,), fused, repeats, inductor)
+    on_their_own = {}
+    if alone:
+        for way, fn in (("eager", lambda: module(x)), ("torchfuser", lambda: fused(x))):
+            on_their_own[way] = interleaved_medians({way: fn}, repeats=repeats)[way]
 
     kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
     for report in reports:
@@ -135,7 +142,7 @@ def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, indu
         "fallbacks": dict(Counter(f.op.removeprefix("aten.") for r in reports for f in r.fallbacks)),
         "kernel_seconds": sum(k["per_call"] for k in kernels), "top": kernels[:5],
         "extern_gemms": sum(k["variant"] == "extern" for k in kernels), "flops": flops,
-        "param_bytes": sum(p.numel() * p.element_size() for p in module.parameters()),
+        "param_bytes": sum(p.numel() * p.element_size() for p in module.parameters()), "alone": on_their_own,
     }
 
 
