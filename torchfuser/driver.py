@@ -184,6 +184,8 @@ def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:
             continue
         if node.target is operator.getitem or node.target in VIEW_OPS:
             continue  # views and tuple access read no data: nothing to fuse
+        if getattr(node.target, "weight_transform", False):
+            continue  # made once per weight version (ir/weights.py), not an op of every call
         reason = "; ".join(unfused_reasons(node).values()) or NO_KERNEL
         entries.append(FallbackEntry(target_name(node), node.name, reason, **_where(node)))
     return entries

@@ -24,6 +24,7 @@ from torch.func import functionalize
 from torch.nn.utils.stateless import _reparametrize_module
 
 from torchfuser.driver import compile_aten_graph
+from torchfuser.ir.aten import WEIGHT
 from torchfuser.options import Options
 from torchfuser.passes import kept_ops
 from torchfuser.report.snapshot import snapshot_graph
@@ -109,6 +110,10 @@ def lower_for_inference(gm: fx.GraphModule, state: dict, example_inputs) -> fx.G
         traced = make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions(),
                          record_module_stack=True)(*fakes)
     traced.graph.eliminate_dead_code()  # make_fx keeps what nothing reads (unused results of multi-output ops)
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    for node, source in zip(placeholders, [*state.values(), *example_inputs]):
+        if isinstance(source, torch.nn.Parameter):
+            node.meta[WEIGHT] = True  # passes may treat it as a constant of the model (passes/merge_sibling_gemms)
     return _without_inner_aliases(traced)
 
 

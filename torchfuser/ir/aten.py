@@ -14,3 +14,6 @@ VIEW_OPS = frozenset({
     aten.detach.default, aten.unflatten.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
 })
 RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# node.meta key: the placeholder is a parameter of the model (lowering marks it; a weight changes between
+# calls only by an optimiser step or an in-place update, which bumps its version)
+WEIGHT = "torchfuser_weight"
