@@ -52,17 +52,24 @@ def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
     return loads + body + [f"const float r = {result};"]
 
 
+def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
+    """What the schedules over packed panels share: float16 vectors per panel row, whether the epilogue runs on
+    vectors, and the kernel's parameters."""
+    idx = spec.index_type
+    vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
+    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
+              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
+              "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    return spec.tile_n // 16, vector_epilogue, params
+
+
 def packed_gemm_source(spec: GemmSpec) -> str:
     """Each work-item owns row_blocks tiles of tile_m x tile_n, stacked along M, over one B panel. K runs in
     blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
     of the stack passes over it, partial sums going through C between blocks (they are float32, as C is).
     The last panel of a ragged N has no room for partial sums in C, so it takes K in one block."""
     idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
-    vectors = tn // 16
-    vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
-    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
-              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
-              "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
     rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;" for i in range(tm))
     # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
@@ -155,11 +162,7 @@ def rows_gemm_source(spec: GemmSpec) -> str:
     own loop (no FMAs on padding rows); M > tile_m takes further passes, over a panel then in L2. A pass
     leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes."""
     idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
-    vectors = tn // 16
-    vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
-    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
-              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
-              "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
 
     def rows_pass(r: int) -> str:
