@@ -13,11 +13,13 @@ import operator
 import time
 import warnings
 
+import torch
 import torch.fx as fx
 
 from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
+from torchfuser.ir.symbolic import hint_tensor, tensor_has_symbols
 from torchfuser.options import Options
 from torchfuser.passes import run_pipeline
 from torchfuser.passes.base import unfused_reasons
@@ -75,7 +77,7 @@ class CompiledGraph:
 
 
 def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", captured: dict | None = None,
-                       started: float | None = None) -> CompiledGraph:
+                       started: float | None = None, recompile_reason: str | None = None) -> CompiledGraph:
     started = started if started is not None else time.perf_counter()
     lowered = time.perf_counter()
     cl_device = get_device(options.device)
@@ -87,6 +89,7 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
     runtime = Runtime.for_device(cl_device) if cl_device is not None else None
     plan = Plan(gm, runtime, fallback_nodes={})
     report = CompileReport(title=title, device=cl_device.describe() if cl_device else None,
+                           recompile_reason=recompile_reason,
                            graphs={"captured": captured, "aten": aten_graph}, passes=records, plan=plan)
     build_seconds = _prepare_kernels(gm, plan, report, options)
     report.fallbacks += _fallbacks(gm)
@@ -116,7 +119,8 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             _fall_back(plan, report, node, "no OpenCL device: runs in PyTorch")
             continue
         kind = kind_of(target)
-        fake_inputs = [a.meta["val"] for a in node.args]
+        fake_inputs = [_at_example_sizes(a.meta["val"]) for a in node.args]
+        target = target.at_sizes(plan.bindings.symbols, plan.bindings.example)
         try:
             tuning = kind.tune(plan.runtime, target, fake_inputs, options.autotune) if kind.tune else None
             launch = configure(target, fake_inputs, plan.runtime.device.type_name)
@@ -149,6 +153,14 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             lane_reason=lane_reason,
         ))
     return total
+
+
+def _at_example_sizes(value):
+    """A tensor with symbolic sizes as a meta tensor at the sizes Dynamo's example had: launches are tuned
+    and configured (and kernels built) for those; another call's sizes reuse the kernel (sizes are arguments)."""
+    if isinstance(value, torch.Tensor) and tensor_has_symbols(value):
+        return hint_tensor(value)
+    return value
 
 
 def _build_failed(plan: Plan, report: CompileReport, node: fx.Node, error: KernelBuildError) -> None:

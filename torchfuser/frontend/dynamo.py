@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import warnings
 
 import torch
 
-from torchfuser.frontend.lowering import compiled_per_signature, lower_and_compile
+from torchfuser.frontend.lowering import compiled_per_signature, lower_and_compile, needs_autograd, symbolic_inputs
+from torchfuser.ir.symbolic import is_symbolic
 from torchfuser.options import Options
+from torchfuser.runtime.executor import UnboundSize
 
 _graph_numbers = itertools.count()
 
@@ -27,19 +30,37 @@ def _symbolic_tensors(gm) -> list[int]:
             and any(isinstance(d, torch.SymInt) for d in v.shape)]
 
 
+def _recompile_reason() -> str | None:
+    """Why Dynamo is compiling this frame again (its first failed guard), from the metrics it keeps for the
+    compile in progress; None for a first compile, or where this torch keeps no such record."""
+    metrics = getattr(torch._dynamo.utils.get_metrics_context(), "_metrics", None)
+    return metrics.get("recompile_reason") if isinstance(metrics, dict) else None
+
+
 @functools.lru_cache(maxsize=None)
 def _backend(options: Options, title: str | None):
     def torchfuser(gm, example_inputs):
-        number = next(_graph_numbers)
+        number, reason = next(_graph_numbers), _recompile_reason()
         symbolic = _symbolic_tensors(gm)  # Dynamo makes sizes symbolic after a shape change (dynamic=None)
         if symbolic or any(isinstance(a, torch.SymInt) for a in example_inputs):
-            # kernels, GEMM tiles and memory plans are specialised to shapes: compile per concrete signature
+            if not needs_autograd(example_inputs):  # one plan for every size: sizes are bound per call
+                try:
+                    fakes = symbolic_inputs(example_inputs)
+                    symbols = sorted({str(d) for f in fakes for d in getattr(f, "shape", [f]) if is_symbolic(d)})
+                    return lower_and_compile(gm, example_inputs, options, fakes=fakes, recompile_reason=reason,
+                                             title=f"{title or 'graph'} #{number} [dynamic {', '.join(symbols)}]")
+                except UnboundSize as why:
+                    warnings.warn(f"torchfuser: {why}", RuntimeWarning)
+
+            # training graphs (aot_autograd's symbolic wrappers are not ours yet): a plan per concrete signature
             def compile_for(args):
                 shapes = ", ".join("x".join(map(str, args[i].shape)) for i in symbolic)
-                return lower_and_compile(gm, args, options, title=f"{title or 'graph'} #{number} [{shapes}]")
+                return lower_and_compile(gm, args, options, title=f"{title or 'graph'} #{number} [{shapes}]",
+                                         recompile_reason=reason)
 
             return compiled_per_signature(compile_for)
-        return lower_and_compile(gm, example_inputs, options, title=f"{title or 'graph'} #{number}")
+        return lower_and_compile(gm, example_inputs, options, title=f"{title or 'graph'} #{number}",
+                                 recompile_reason=reason)
 
     return torchfuser
 

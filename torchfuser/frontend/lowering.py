@@ -36,14 +36,36 @@ def decompositions() -> dict:
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
 
 
-def lower_and_compile(gm, example_inputs, options: Options, *, title="graph"):
-    """torch-level gm → core ATen → compiled plan(s); returns what Dynamo (or compile_fx) calls."""
+class _Lowerer(fx.Interpreter):
+    """Runs the torch-level graph node by node under make_fx (preserve_node_meta sees each node), computing
+    `linear` on a batch of rows with a bias as addmm over the rows flattened, as ATen's own composite does,
+    but keeping symbolic sizes: the composite reads them as numbers there (before functionalisation and the
+    decomposition table), which would fix a dynamic sequence length to the example's."""
+
+    def call_function(self, target, args, kwargs):
+        if target in LINEARS and len(args) >= 2 and set(kwargs) <= {"bias"}:
+            x, weight, *rest = args
+            bias = rest[0] if rest else kwargs.get("bias")
+            if bias is not None and x.dim() >= 3:
+                out = torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight.t())
+                return out.view(*x.shape[:-1], weight.shape[0])
+        return super().call_function(target, args, kwargs)
+
+
+LINEARS = (torch._C._nn.linear, torch.nn.functional.linear)
+
+
+def lower_and_compile(gm, example_inputs, options: Options, *, title="graph", fakes=None, recompile_reason=None):
+    """torch-level gm → core ATen → compiled plan(s); returns what Dynamo (or compile_fx) calls. fakes: the
+    inputs to trace with instead of example_inputs (symbolic_inputs: one plan for every size; inference);
+    recompile_reason: why Dynamo compiles this frame again, for the report."""
     started = time.perf_counter()
     captured = snapshot_graph(gm)
     if not needs_autograd(example_inputs):
         state = module_state(gm)
-        aten_gm = lower_for_inference(gm, state, example_inputs)
-        compiled = compile_aten_graph(aten_gm, options, title=f"{title} forward", captured=captured, started=started)
+        aten_gm = lower_for_inference(gm, state, example_inputs, fakes)
+        compiled = compile_aten_graph(aten_gm, options, title=f"{title} forward", captured=captured, started=started,
+                                      recompile_reason=recompile_reason)
         run, lifted = compiled.plan.run, list(state.values())
 
         def call(*args):  # Dynamo's guards (or compiled_per_signature's key) fix the inputs' layouts
@@ -55,7 +77,7 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph"):
     def compiler_for(kind):
         def compile_graph(aten_gm, aten_inputs):
             compiled = compile_aten_graph(aten_gm, options, title=f"{title} {kind}", captured=captured,
-                                          started=started)
+                                          started=started, recompile_reason=recompile_reason)
             run = compiled.plan.run
             trusted = kind == "forward"  # Dynamo's guards (or compiled_per_signature's key) fix its input layouts
 
@@ -70,6 +92,20 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph"):
 
     return aot_module_simplified(gm, list(example_inputs), fw_compiler=compiler_for("forward"),
                                  bw_compiler=compiler_for("backward"), decompositions=decompositions())
+
+
+def symbolic_inputs(example_inputs) -> list:
+    """Dynamo's fake tensors for its example inputs, with the sizes it made dynamic as symbols (the tracing
+    context remembers each input's symbolic context), so that the graph traced from them keeps them."""
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    context = torch._guards.TracingContext.try_get()
+    fakes = []
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+            symbolic = context.tensor_to_context.get(t) if context is not None else None
+            t = fake_mode.from_tensor(t, symbolic_context=symbolic, source=getattr(symbolic, "tensor_source", None))
+        fakes.append(t)
+    return fakes
 
 
 def needs_autograd(example_inputs) -> bool:
@@ -94,17 +130,18 @@ def module_state(gm: fx.GraphModule) -> dict:
     return state
 
 
-def lower_for_inference(gm: fx.GraphModule, state: dict, example_inputs) -> fx.GraphModule:
+def lower_for_inference(gm: fx.GraphModule, state: dict, example_inputs, fakes=None) -> fx.GraphModule:
     """The core-ATen graph of gm with its state lifted to the first inputs, functionalised, traced on fake
-    tensors (Dynamo's own fake mode when it has one), each node keeping the meta of the node it came from."""
+    tensors (Dynamo's own fake mode when it has one; `fakes` in place of example_inputs where given), each
+    node keeping the meta of the node it came from."""
     fake_mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
     fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
-             for t in [*state.values(), *example_inputs]]
+             for t in [*state.values(), *(example_inputs if fakes is None else fakes)]]
     names = list(state)
 
     def run(*args):
         with _reparametrize_module(gm, dict(zip(names, args[: len(names)]))):
-            return fx.Interpreter(gm).run(*args[len(names):])  # node by node: preserve_node_meta sees each
+            return _Lowerer(gm).run(*args[len(names):])
 
     with fake_mode, enable_python_dispatcher(), fx_traceback.preserve_node_meta():
         traced = make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions(),

@@ -31,8 +31,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from torchfuser.lowering.from_aten import Lowerer, NotLowerable, constant_value, dtype_name, tensor_meta
 from torchfuser.ir.program import Const, GatherRead, LastDimRead, Program, ProgramBuilder
+from torchfuser.ir.symbolic import has_symbols
+from torchfuser.lowering.from_aten import Lowerer, NotLowerable, constant_value, dtype_name, tensor_meta
 
 aten = torch.ops.aten
 
@@ -64,6 +65,8 @@ def index_op_problem(node: fx.Node) -> str | None:
             return f"an operand is not a tensor of the result's shape outside dim {dim}"
     if node.target is aten.slice.Tensor and _arg(node, 4, "step", 1) < 1:
         return "slice with a step below 1"
+    if has_symbols([tensor_meta(x).shape[dim] for x in [node, *operands]]) or has_symbols(node.args[2:4]):
+        return f"a {node.target.__name__.split('.')[0]} along a dynamic dim (its bounds would be kernel constants)"
     try:
         dtype_name(node), [dtype_name(x) for x in operands]
     except NotLowerable as why:

@@ -24,6 +24,7 @@ import torch.fx as fx
 from torchfuser.ir.aten import RESHAPES
 from torchfuser.ir.kernels import GemmKernel
 from torchfuser.ir.program import Const, ProgramBuilder
+from torchfuser.ir.symbolic import is_symbolic
 from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
@@ -155,6 +156,8 @@ def _extra_view(m: _Match, operand: fx.Node):
         return None  # no reshape in between: the kernel broadcasts it over [batch, M, N] by its strides
     if meta.numel() == 1:
         return None if meta.dim() == 0 else []
+    if is_symbolic(m.cols):
+        return False  # the view would hold a dynamic size as a constant
     if meta.numel() == m.cols and tuple(meta.shape)[-1] == m.cols:
         return None if meta.dim() == 1 else [m.cols]
     if meta.numel() == m.rows * m.cols and tuple(meta.shape)[-1] == m.cols:
@@ -162,7 +165,7 @@ def _extra_view(m: _Match, operand: fx.Node):
             meta.view(m.rows, m.cols)
         except (RuntimeError, ValueError):
             return False  # not viewable without a copy
-        return None if meta.dim() == 2 else [m.rows, m.cols]
+        return None if meta.dim() == 2 else [-1 if is_symbolic(m.rows) else m.rows, m.cols]
     return False
 
 

@@ -58,6 +58,7 @@ class CompileReport:
     timings: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)  # peak intermediate bytes, fused and eager
     plan: object = None  # the running Plan: live launch counts and kernel times
+    recompile_reason: str | None = None  # Dynamo's, when it compiled this frame before (a guard failed)
 
     def record_timing(self, eager_seconds: float | None = None, compiled_seconds: float | None = None) -> None:
         """Record measured medians (explorer, bench); speedup = eager / compiled."""
@@ -108,7 +109,17 @@ class CompileReport:
             "fallbacks": [vars(f).copy() for f in self.fallbacks],
             "timings": timings,
             "memory": dict(self.memory),
+            "dynamic": self.dynamic_sizes(),
+            "recompile_reason": self.recompile_reason,
         }
+
+    def dynamic_sizes(self) -> dict | None:
+        """The plan's symbols (sizes Dynamo made dynamic), their example values and the values it ran with."""
+        bindings = getattr(self.plan, "bindings", None)
+        if not bindings:
+            return None
+        return {"symbols": bindings.names(), "example": list(bindings.example),
+                "runs": [{"sizes": list(sizes), "calls": calls} for sizes, calls in self.plan.sizes_run.items()]}
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -119,7 +130,7 @@ class CompileReport:
     def summary(self) -> str:
         """Plain text: each pass with its counts, each kernel with cache status, time and what it fuses,
         and what runs in PyTorch."""
-        lines = [f"{self.title}"]
+        lines = [f"{self.title}"] + ([f"    recompiled: {self.recompile_reason}"] if self.recompile_reason else [])
         for p in self.passes:
             stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
             nodes = f"{p.stats['nodes_before']}->{p.stats['nodes_after']}" if "nodes_before" in p.stats else ""

@@ -6,15 +6,18 @@ come from ir/liveness.py; graph inputs and outputs are not intermediates.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.fx as fx
 
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
+from torchfuser.ir.symbolic import hints
 
 
 def _nbytes(val) -> int:
-    if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
+    if isinstance(val, torch.Tensor):  # symbolic sizes count at the example's values
+        return math.prod(hints(val.shape)) * val.element_size()
     if isinstance(val, (tuple, list)):
         return sum(_nbytes(v) for v in val)
     return 0

@@ -14,6 +14,7 @@ import torch.fx as fx
 
 from torchfuser.ir.dtypes import DTYPE_NAMES
 from torchfuser.ir.kernels import FusedKernel
+from torchfuser.ir.symbolic import text as symbolic_text
 
 GROUP_COLOURS = (
     "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -88,7 +89,7 @@ def snapshot_graph(gm: fx.GraphModule) -> dict:
             "op": node.op,
             "target": target_name(node),
             "label": _short(node),
-            "shape": [int(s) for s in val.shape] if is_tensor else None,
+            "shape": [symbolic_text(s) for s in val.shape] if is_tensor else None,
             "dtype": DTYPE_NAMES.get(val.dtype, str(val.dtype).replace("torch.", "")) if is_tensor else None,
             "group": fused.group if fused else node.meta.get("torchfuser_group"),
             "kernel": node.name if fused else None,  # = the report kernel's "node"

@@ -26,6 +26,7 @@ import torch.fx as fx
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
+from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
 from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
@@ -33,12 +34,13 @@ from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
+SIZES_KEPT = 256  # distinct symbol values a plan records
 
 
 class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
-    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived")
+    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic")
 
     def __init__(self, target: FusedKernel, name: str, plan: "Plan", blocks: list | None, trusts_layouts: bool,
                  long_lived: list[bool]):
@@ -48,15 +50,19 @@ class KernelStep:
         self.blocks = blocks  # planned block per output, or None: fresh outputs (they reach the graph's outputs)
         self.trusts_layouts = trusts_layouts  # every input comes from the graph's inputs or kernels
         self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
+        self.symbolic = has_symbols(target.sized_dims())
 
-    def __call__(self, call: Call | None, args):
+    def __call__(self, call: Call | None, args, sizes: tuple):
+        target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target
         if call is not None and self.name not in self.plan.fallback_nodes:
             steady = call.steady and self.trusts_layouts
             bound = self.last if steady else None
             try:
                 if bound is None:
                     key = tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])
-                    bound = self.bound.get(key) or self._bind(call, args, key)
+                    if self.symbolic:  # a node's own sizes need not follow its inputs' (an arange)
+                        key += (sizes,)
+                    bound = self.bound.get(key) or self._bind(call, target, args, key)
                     self.last = bound
                 return call.enqueue(bound, args, bound.planned if call.planned else None, steady)
             except KernelBuildError as error:  # a new input layout whose kernel does not build
@@ -64,10 +70,10 @@ class KernelStep:
                 warnings.warn(f"torchfuser: {error}; {self.name} runs in PyTorch from now on", RuntimeWarning)
         if call is not None:
             call.before_host_read(tensors_in(args))  # the PyTorch fallback reads on the host
-        return self.target.reference(*args)
+        return target.reference(*args)
 
-    def _bind(self, call: Call, args, key: tuple) -> Bound:
-        launch = configure(self.target, args, call.runtime.device.type_name)
+    def _bind(self, call: Call, target: FusedKernel, args, key: tuple) -> Bound:
+        launch = configure(target, args, call.runtime.device.type_name)
         lane = THREADED if launch.empty else self.plan.lanes.get(self.name) or call.runtime.lane(launch)[0]
         builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
         cut = call.runtime.split_point(launch) if lane == SPLIT else None
@@ -131,6 +137,7 @@ class Plan:
         self.gm, self.runtime = gm, runtime
         self.fallback_nodes = fallback_nodes  # fused node name -> why it runs in PyTorch
         nodes = list(gm.graph.nodes)
+        self.bindings = _bindings(nodes)
         index = {n: i for i, n in enumerate(nodes)}
         owner = buffer_owners(nodes)
         last_use = last_uses(nodes, owner)
@@ -169,6 +176,7 @@ class Plan:
         self.built: dict = {}  # (spec, lane) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
+        self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
 
@@ -187,7 +195,12 @@ class Plan:
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
-        signature = _signature(args, trusted)
+        sizes = ()
+        if self.bindings:
+            sizes = self.bindings.values(args)
+            if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
+                self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
+        signature = (_signature(args, trusted), sizes)
         call = None
         if self.runtime is not None:
             call = Call(self.runtime)
@@ -196,7 +209,7 @@ class Plan:
         self._last_signature = None
         reentrant, self._running = self._running, True
         try:
-            output = self._run_steps(env, call)
+            output = self._run_steps(env, call, sizes)
         finally:  # also when a step raises: kernels still running must not outlive their buffers
             self._running = reentrant
             if call is not None:
@@ -207,12 +220,12 @@ class Plan:
         self.calls += 1
         return output
 
-    def _run_steps(self, env: list, call):
+    def _run_steps(self, env: list, call, sizes: tuple):
         steady = call is not None and call.steady
         for slot, kind, target, get_args, kw_names, get_kwargs, free, cache in self.steps:
             args = get_args(env)
             if kind == KERNEL:
-                env[slot] = target(call, args)
+                env[slot] = target(call, args, sizes)
             elif cache is not None and steady and cache.base is args[0] and cache.address == args[0].data_ptr():
                 env[slot] = cache.view
             else:
@@ -252,6 +265,24 @@ def _signature(args, trusted: bool) -> tuple:
                   for a in args])
 
 
+def _bindings(nodes) -> Bindings:
+    """Where each call reads the graph's symbols; every symbol a kernel's own sizes use must be one of them."""
+    bindings = Bindings([n.meta.get("val") for n in nodes if n.op == "placeholder"])
+    for node in nodes:
+        if any(isinstance(a, torch.SymInt) for a in _flatten([node.args, node.kwargs])):
+            raise UnboundSize(f"{node.name} holds a symbolic size as a constant argument")
+        if isinstance(node.target, FusedKernel):
+            free = {s for d in node.target.sized_dims() if is_symbolic(d) for s in d.node.expr.free_symbols}
+            if free - set(bindings.symbols):
+                raise UnboundSize(f"{node.name}'s sizes use {sorted(map(str, free))}, which no graph input's "
+                                  "size is: compile per input signature instead")
+    return bindings
+
+
+class UnboundSize(ValueError):
+    """A symbolic size no call can read off the graph's inputs."""
+
+
 def _trusted_values(nodes, owner) -> set:
     """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results and views
     of them (a PyTorch fallback's result is not counted: its layout is the op's business)."""
@@ -285,6 +316,8 @@ def _plan_blocks(nodes, owner, last_use) -> _Blocks:
         if isinstance(node.target, FusedKernel) and owner[node] is node and node not in outputs and node.users:
             values = node.meta.get("val")
             values = values if isinstance(values, (tuple, list)) else [values]
+            if any(isinstance(v, torch.Tensor) and has_symbols(v.shape) for v in values):
+                continue  # sizes that change between calls: fresh outputs, as for graph outputs
             placed = []
             for value in values:
                 need = OutputLayout.of(value.shape, value.stride(), value.dtype).nbytes if isinstance(

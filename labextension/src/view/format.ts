@@ -17,7 +17,7 @@ export function formatSeconds(seconds: number | null | undefined): string {
   return `${seconds.toPrecision(3)} s`;
 }
 
-export function formatShape(shape: number[] | null | undefined, dtype?: string | null): string {
+export function formatShape(shape: (number | string)[] | null | undefined, dtype?: string | null): string {
   const dims = Array.isArray(shape) ? `[${shape.join(', ')}]` : '';
   return [dims, dtype ?? ''].filter(Boolean).join(' ');
 }

@@ -12,7 +12,7 @@ export interface GraphNode {
   op: string;
   target: string;
   label: string;
-  shape: number[] | null;
+  shape: (number | string)[] | null; // a symbolic size is its expression as text ("s0 + 1")
   dtype: string | null;
   group: number | null;
   kernel: string | null;

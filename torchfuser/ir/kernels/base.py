@@ -12,9 +12,12 @@ on. Codegen, the executor and the driver look kinds up here and never name one.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from typing import Callable
+
+from torchfuser.ir.symbolic import evaluate, has_symbols
 
 
 class FusedKernel:
@@ -33,6 +36,28 @@ class FusedKernel:
     def reference(self, *inputs):
         """The kernel's meaning in PyTorch."""
         raise NotImplementedError
+
+    def sized_dims(self) -> list:
+        """The sizes the node holds itself (not read off its inputs); symbolic ones are bound per call."""
+        return []
+
+    def at_sizes(self, symbols: tuple, values: tuple) -> "FusedKernel":
+        """This node with its symbolic sizes evaluated at these symbol values (memoised): what launches
+        configure and the reference runs at one call's sizes. A node whose sizes are all ints is itself."""
+        if not has_symbols(self.sized_dims()):
+            return self
+        memo = self.__dict__.setdefault("_at_sizes", {})
+        node = memo.get(values)
+        if node is None:
+            if len(memo) >= 64:  # sizes that keep changing (a growing sequence): do not grow without bound
+                memo.clear()
+            node = memo[values] = copy.copy(self)
+            node.__dict__.pop("_at_sizes", None)
+            node._evaluate_sizes(lambda dims: evaluate(dims, symbols, values))
+        return node
+
+    def _evaluate_sizes(self, evaluate_dims) -> None:
+        """Replace the node's own sizes with evaluate_dims(sizes) (called on a copy)."""
 
     def __call__(self, *inputs):
         """Standalone run (e.g. the fused GraphModule called directly): one launch, synchronised."""

@@ -88,6 +88,12 @@ class PointwiseKernel(FusedKernel):
         order = sorted(range(len(out_shape)), key=lambda d: -out_stride[d]) if out_stride else []
         self.order = order if is_dense(self.out_shape, out_stride, order) else list(range(len(out_shape)))
 
+    def sized_dims(self) -> list:
+        return list(self.out_shape)
+
+    def _evaluate_sizes(self, evaluate_dims) -> None:
+        self.out_shape = evaluate_dims(self.out_shape)
+
     def _permute(self, dims) -> tuple:
         return tuple(dims[d] for d in self.frame) if self.frame else tuple(dims)
 

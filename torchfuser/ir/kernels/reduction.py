@@ -62,6 +62,13 @@ class ReductionKernel(FusedKernel):
         self.row_shape = tuple(row_shape)
         self.row_output_shapes = [tuple(s) for s in row_output_shapes]
 
+    def sized_dims(self) -> list:
+        return [*self.row_shape, *(d for shape in self.row_output_shapes for d in shape)]
+
+    def _evaluate_sizes(self, evaluate_dims) -> None:
+        self.row_shape = evaluate_dims(self.row_shape)
+        self.row_output_shapes = [evaluate_dims(s) for s in self.row_output_shapes]
+
     def reference(self, *loads):
         elements, rows = run_row_reduction(self.reduction, list(loads), self.row_shape)
         outs = elements + [r.reshape(shape) for r, shape in zip(rows, self.row_output_shapes)]

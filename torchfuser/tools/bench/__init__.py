@@ -25,6 +25,7 @@ from torchfuser.tools.bench.blocks import BLOCKS, block_row, format_blocks, hf_a
 from torchfuser.tools.bench.bounds import copy_bandwidth, fma_ceiling, format_ceilings
 from torchfuser.tools.bench.common import TIMES_NOTE
 from torchfuser.tools.bench.gemm import format_gemm, format_mlp, gemm_rows, mlp_row
+from torchfuser.tools.bench.generate import dynamic_cost_row, format_generate, generate_row
 from torchfuser.tools.bench.latency import DECODE_BLOCKS, decode_row, format_latency, gemv_row, small_row
 from torchfuser.tools.bench.pointwise import SIZES, WORKLOADS, format_rows, run_pointwise
 
@@ -37,9 +38,10 @@ SECTIONS = {
     "small": "MLP 64->128->64 on [4, 64]",
     "decode": "one token [1, 1, 768] through GPT2Block and LlamaDecoderLayer",
     "gemv": "768x3072 GEMV, weight GB/s vs copy bandwidth",
+    "generate": "HF generate() of GPT-2 and LLaMA 4x512, dynamic KV cache: tokens/s, first call, graphs",
 }
 FLOP_BOUND = {"gemm", "mlp", "gpt2", "llama"}
-BANDWIDTH_BOUND = {"small", "decode", "gemv"}
+BANDWIDTH_BOUND = {"small", "decode", "gemv", "generate"}
 
 
 def _load_line(when: str) -> str:
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
     print(_load_line("at the start"))
     print("steady state: medians over rounds of interleaved blocks of back-to-back calls (order rotated each round)")
     print(TIMES_NOTE + "\n")
-    hf_wanted = [s for s in sections if s in ("gpt2", "llama", "decode")]
+    hf_wanted = [s for s in sections if s in ("gpt2", "llama", "decode", "generate")]
     if hf_wanted and not hf_available():
         print(f"{', '.join(hf_wanted)}: skipped, they need Hugging Face transformers (pip install 'torchfuser[hf]')\n")
         sections = [s for s in sections if s not in hf_wanted]
@@ -119,6 +121,11 @@ def main(argv=None) -> int:
         latency.append(timed("gemv", lambda: gemv_row(args.repeats, inductor)))
     if latency:
         print(format_latency(latency, copy["ceiling"] if copy else None) + "\n")
+    if "generate" in sections:
+        rows = [timed("generate", lambda: generate_row(name, max(3, args.repeats // 3), inductor))
+                for name in ("gpt2", "llama")]
+        cost = [timed("generate", lambda: dynamic_cost_row(name, args.repeats)) for name in ("gpt2", "llama")]
+        print(format_generate(rows, cost, copy["ceiling"] if copy else None) + "\n", flush=True)
     if fma or copy:  # the same probes again: how far the machine drifted while the rows ran
         again = timed("ceilings", lambda: format_ceilings(copy_bandwidth() if copy else None,
                                                           fma_ceiling() if fma else None))
