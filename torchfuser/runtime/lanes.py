@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from torchfuser.runtime.kernel_cache import build_quietly
 from torchfuser.runtime.tuning_db import TuningDatabase
 
 INLINE, SPLIT, THREADED = "inline", "split", "threaded"
@@ -116,7 +117,7 @@ def _measure(device) -> LaneRates:
     import pyopencl as cl
 
     context = device.context
-    program = cl.Program(context, _PROBES).build(devices=[device.cl_device, device.inline.cl_device])
+    program = build_quietly(cl.Program(context, _PROBES), [device.cl_device, device.inline.cl_device], options="")
     src = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
     dst = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
     fma_items, loops = 64 * (device.cl_device.max_compute_units + 1), 2000

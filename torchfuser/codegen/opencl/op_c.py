@@ -8,6 +8,10 @@ NaN rules follow PyTorch, not C: maximum/minimum/clamp/relu propagate NaN, so th
 
 from __future__ import annotations
 
+import math
+
+import torch
+
 from torchfuser.ir.dtypes import is_float
 
 C_TYPES = {"bool": "uchar", "int32": "int", "int64": "long", "float32": "float", "float64": "double"}
@@ -104,9 +108,8 @@ inline TYPE tf_erf_TYPE(TYPE x) {
   q = mad(x2, q, (TYPE)-7.37332916720468e-03f); q = mad(x2, q, (TYPE)-1.42647390514189e-02f);
   return isnan(x) ? x : xc * p / q;
 }
-// eager's vectorised float gelu gives NaN at +-inf (its scalar path gives inf); tensors take the vector path
 inline TYPE tf_gelu_erf_TYPE(TYPE x) {
-  return isinf(x) ? (TYPE)NAN : (TYPE)0.5f * x * ((TYPE)1.0f + tf_erf_TYPE(x * (TYPE)0x1.6a09e6p-1f));
+  return GELU_AT_INF(TYPE)0.5f * x * ((TYPE)1.0f + tf_erf_TYPE(x * (TYPE)0x1.6a09e6p-1f));
 }
 inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
   return (TYPE)0.5f * x * ((TYPE)1.0f + tanh((TYPE)0x1.988454p-1f * (x + (TYPE)0.044715f * x * x * x)));
@@ -129,6 +132,16 @@ VECTOR_SAFE = frozenset({
     "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "erf", "sin", "cos", "floor", "ceil", "round",
     "pow", "maximum", "minimum",
 })
+
+
+def _eager_gelu_is_nan_at_inf() -> bool:
+    """ATen's vectorised float gelu gives NaN at +inf on some CPUs (its AVX-512 kernels) and inf, as the formula
+    does, on others (AVX2): the kernels compute what eager computes on this machine."""
+    return bool(torch.isnan(torch.nn.functional.gelu(torch.full((64,), math.inf)))[0])
+
+
+_HELPER_TEMPLATES["float"] = _HELPER_TEMPLATES["float"].replace(
+    "GELU_AT_INF", "isinf(x) ? (TYPE)NAN : " if _eager_gelu_is_nan_at_inf() else "")
 
 
 def vector_type(dtype: str, width: int) -> str:
