@@ -146,3 +146,30 @@ def test_non_contiguous_and_sliced_inputs_of_changing_size():
             base = torch.randn(n, 2 * n)
             for x in (base.t(), base[:, ::2], base[1:]):
                 assert_close(compiled(x), fn(x))
+
+
+def test_weight_transforms_are_kept_across_calls_of_new_sizes():
+    """q/k/v merged into one GEMM: the concatenated weight (and its packed copy) is made once, not at every
+    call with new sizes (such a call is not 'steady', but the weights' views are the same)."""
+    torch.manual_seed(0)
+
+    class QKV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.q(x), self.k(x), self.v(x)
+
+    model = QKV().eval()
+    compiled = torch.compile(model, backend="torchfuser", dynamic=True)
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        made = []
+        for n in (5, 9, 17, 33):
+            x = torch.randn(n, 32)
+            for got, expected in zip(compiled(x), model(x)):
+                assert_close(got, expected)
+            (concat,) = [node.target for r in reports for node in r.plan.gm.graph.nodes
+                         if getattr(node.target, "weight_transform", False)][:1]
+            made.append(concat._made[1])
+    assert all(m is made[0] for m in made)

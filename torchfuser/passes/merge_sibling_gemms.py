@@ -137,7 +137,9 @@ def _merge(gm: fx.GraphModule, a: fx.Node, family: list[fx.Node]) -> None:
         with graph.inserting_after(top):
             cat_b = graph.call_function(ConcatWeights(0), tuple(biases))
         cat_b.meta["val"] = _faked(fake, lambda: torch.cat([tensor_meta(b) for b in biases], 0))
-    with graph.inserting_after(a):
+        top = cat_b
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    with graph.inserting_after(max(a, top, key=order.__getitem__)):  # a may be a placeholder before the weights
         args = (cat_b, a, cat_w) if biases else (a, cat_w)
         gemm = graph.call_function(family[0].target, args)
     gemm.meta.update({k: v for k, v in family[0].meta.items() if k != "val"})

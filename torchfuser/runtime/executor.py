@@ -100,11 +100,14 @@ class ViewCache:
     Only views of weights (parameters) and of planned results are kept: a kept view keeps its base alive,
     which must never be the user's memory."""
 
-    __slots__ = ("base", "address", "view", "planned")
+    __slots__ = ("base", "address", "view", "planned", "weight")
 
     def __init__(self, planned: bool):
         self.base = self.address = self.view = None
         self.planned = planned  # the base is a planned result
+        # the base is a parameter: its view holds on any call, steady or not (a call with new symbolic sizes
+        # is not steady, and a new view object each call would defeat the weight transforms' memos)
+        self.weight = False
 
 
 def _fetcher(value, index):
@@ -226,7 +229,8 @@ class Plan:
             args = get_args(env)
             if kind == KERNEL:
                 env[slot] = target(call, args, sizes)
-            elif cache is not None and steady and cache.base is args[0] and cache.address == args[0].data_ptr():
+            elif (cache is not None and (steady or cache.weight) and cache.base is args[0]
+                  and cache.address == args[0].data_ptr()):
                 env[slot] = cache.view
             else:
                 kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
@@ -234,6 +238,7 @@ class Plan:
                     env[slot] = target(*args, **kwargs)
                     if cache is not None and (cache.planned or isinstance(args[0], torch.nn.Parameter)):
                         cache.base, cache.address, cache.view = args[0], args[0].data_ptr(), env[slot]
+                        cache.weight = not cache.planned
                 elif kind == FALLBACK:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))

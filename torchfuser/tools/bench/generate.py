@@ -101,11 +101,13 @@ def dynamic_cost_row(name: str, repeats: int, cache_length: int = 64) -> dict:
 
 
 def _cropped(cache, length: int):
-    cache.crop(length)
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
     return cache
 
 
-def format_generate(rows: list[dict], cost: list[dict], copy_bandwidth: float | None) -> str:
+def format_generate(rows: list[dict], copy_bandwidth: float | None) -> str:
     """copy_bandwidth: the copy ceiling in bytes/s (read + write counted, as the latency rows use it); a decode step
     reads every weight once, so copy_bandwidth / weight bytes bounds tokens/s (prefill and the host's work per
     token come on top)."""
@@ -120,7 +122,12 @@ def format_generate(rows: list[dict], cost: list[dict], copy_bandwidth: float | 
         if copy_bandwidth:
             lines.append(f"{'':<26}bound: {row['weight_bytes'] / 1e6:.0f} MB of weights read per token at the copy "
                          f"ceiling {copy_bandwidth / 1e9:.1f} GB/s -> {copy_bandwidth / row['weight_bytes']:.0f} tokens/s")
-    for row in cost:
+    return "\n".join(lines)
+
+
+def format_dynamic_cost(rows: list[dict]) -> str:
+    lines = []
+    for row in rows:
         static, dynamic = row["medians"]["static"], row["medians"]["dynamic"]
         lines.append(f"{row['name']} decode step at cache {row['cache_length']}: static plan {static * 1e3:.3f} ms, "
                      f"symbolic plan {dynamic * 1e3:.3f} ms ({dynamic / static - 1:+.0%})")
