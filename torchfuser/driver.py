@@ -198,6 +198,8 @@ def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:
             continue  # views and tuple access read no data: nothing to fuse
         if getattr(node.target, "weight_transform", False):
             continue  # made once per weight version (ir/weights.py), not an op of every call
+        if isinstance(node.meta.get("val"), (int, torch.SymInt)):
+            continue  # size arithmetic of a symbolic graph (sym_size, s0 + 1): host integers, no tensor op
         reason = "; ".join(unfused_reasons(node).values()) or NO_KERNEL
         entries.append(FallbackEntry(target_name(node), node.name, reason, **_where(node)))
     return entries

@@ -173,3 +173,15 @@ def test_weight_transforms_are_kept_across_calls_of_new_sizes():
                          if getattr(node.target, "weight_transform", False)][:1]
             made.append(concat._made[1])
     assert all(m is made[0] for m in made)
+
+
+def test_size_arithmetic_runs_on_the_host_and_is_no_fallback():
+    def fn(x):  # the view's size is computed from the symbol each call (operator.mul on a SymInt)
+        return torch.tanh(x.view(x.shape[0] * 2, -1)) + 1
+
+    compiled = torch.compile(fn, backend="torchfuser", dynamic=True)
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        for n in (4, 6, 11):
+            x = torch.randn(n, 8)
+            assert_close(compiled(x), fn(x))
+    assert len(reports) == 1 and not reports[0].fallbacks and [k.kind for k in reports[0].kernels] == ["pointwise"]
