@@ -13,7 +13,7 @@ import { PassList, WHOLE_PIPELINE } from './pass_list';
 import { normalizeBundle, type Bundle, type Graph, type Report } from './schema';
 import { matchNodes } from './search';
 import { SourcePane } from './source_pane';
-import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector } from './summary';
+import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector, renderShapes } from './summary';
 import { renderTimingBar, safeColor } from './timing_bar';
 
 export interface ViewHost {
@@ -192,6 +192,10 @@ export class ExplorerView {
       this.headerSlot.append(renderHeader(report));
       if (selector) {
         this.headerSlot.append(selector);
+      }
+      const shapes = renderShapes(report);
+      if (shapes) {
+        this.headerSlot.append(shapes);
       }
       this.kernelSlot.append(renderKernelTable(report, name => this.selectKernel(name)));
       const colors = this.kernelColors(report);

@@ -118,6 +118,16 @@ export interface Report {
   kernels: Kernel[];
   fallbacks: Fallback[];
   timings: Timings;
+  /** Sizes Dynamo made dynamic: one plan serves them all (absent or null: static shapes). */
+  dynamic?: DynamicSizes | null;
+  /** Dynamo's first failed guard when it compiled this frame before (absent or null: a first compile). */
+  recompile_reason?: string | null;
+}
+
+export interface DynamicSizes {
+  symbols: string[];
+  example: number[];
+  runs: { sizes: number[]; calls: number }[];
 }
 
 export interface Bundle {

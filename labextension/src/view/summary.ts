@@ -103,3 +103,29 @@ export function renderFallbacks(report: Report): HTMLElement | null {
     )
   ]);
 }
+
+const RUNS_SHOWN = 12;
+
+/** Symbolic sizes (what one plan ran with) and why Dynamo recompiled; null when there is neither. */
+export function renderShapes(report: Report): HTMLElement | null {
+  const dynamic = report.dynamic;
+  const reason = report.recompile_reason;
+  if (!dynamic && !reason) {
+    return null;
+  }
+  const lines: (HTMLElement | null)[] = [];
+  if (dynamic && dynamic.symbols.length) {
+    const example = dynamic.symbols.map((s, i) => `${s} = ${dynamic.example[i]}`).join(', ');
+    const runs = dynamic.runs
+      .slice(0, RUNS_SHOWN)
+      .map(run => `${run.sizes.join(', ')} (${run.calls}×)`)
+      .join('; ');
+    const more = dynamic.runs.length > RUNS_SHOWN ? `; … ${dynamic.runs.length - RUNS_SHOWN} more` : '';
+    lines.push(el('div', { text: `Dynamic sizes ${dynamic.symbols.join(', ')}: compiled once, at ${example}` }));
+    lines.push(el('div', { text: `Ran with: ${runs || 'not yet'}${more}` }));
+  }
+  if (reason) {
+    lines.push(el('div', { text: `Recompiled because: ${reason}` }));
+  }
+  return el('div', { className: 'jp-torchfuser-shapes' }, lines);
+}
