@@ -36,7 +36,7 @@ demo: setup
 # The view's unit tests (vitest, in labextension/), then everything else, browser tests included (pytest).
 test: setup
 	cd labextension && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" jlpm test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: setup
 	$(PY) -m torchfuser.bench
