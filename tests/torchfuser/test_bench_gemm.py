@@ -4,7 +4,7 @@ assertions: these machines are shared and noisy)."""
 import pytest
 import torch
 
-from torchfuser.tools.bench.common import SLOWER
+from torchfuser.tools.bench.peers import SLOWER
 from torchfuser.tools.bench.gemm import count_flops, flop_bound_share, format_gemm, format_mlp, gemm_rows, linear_module
 
 

@@ -4,11 +4,11 @@ the inductor+freezing peer, and the CLI's sections (no timing assertions: these 
 import pytest
 import torch
 
-import torchfuser.tools.bench.common as common
+import torchfuser.tools.bench.peers as peers
 from torchfuser.bench import main
 from torchfuser.tools.bench.blocks import hf_available
 from torchfuser.tools.bench.bounds import copy_bandwidth, fma_ceiling, format_ceilings
-from torchfuser.tools.bench.common import SLOWER, best_peer, peer_candidates, slower_flag, times_columns
+from torchfuser.tools.bench.peers import SLOWER, best_peer, peer_candidates, slower_flag, times_columns
 from torchfuser.tools.bench.latency import GEMV_TARGET, decode_row, format_latency, gemv_row, small_row
 
 TINY = {"width": 64, "heads": 2, "kv_heads": 1, "intermediate": 128}
@@ -85,7 +85,7 @@ def test_freezing_peer_is_compiled_with_freezing_and_apart_from_plain_inductor(m
     x = torch.randn(2, 8)
     with torch.no_grad():
         candidates = peer_candidates(module, (x,))
-        assert list(candidates) == list(common.PEERS)
+        assert list(candidates) == list(peers.PEERS)
         assert len(frozen) == 1  # plain inductor did not freeze; the freezing peer did not reuse its cache
         assert torch._inductor.config.freezing is False  # the flag was set only while that peer compiled
         for fn in candidates.values():

@@ -23,7 +23,7 @@ import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.tools.bench.blocks import BLOCKS, block_row, format_blocks, hf_available
 from torchfuser.tools.bench.bounds import copy_bandwidth, fma_ceiling, format_ceilings
-from torchfuser.tools.bench.common import TIMES_NOTE
+from torchfuser.tools.bench.peers import TIMES_NOTE
 from torchfuser.tools.bench.gemm import format_gemm, format_mlp, gemm_rows, mlp_row
 from torchfuser.tools.bench.generate import dynamic_cost_row, format_dynamic_cost, format_generate, generate_row
 from torchfuser.tools.bench.latency import DECODE_BLOCKS, decode_row, format_latency, gemv_row, small_row

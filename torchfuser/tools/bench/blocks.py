@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
 from torchfuser.runtime.timing import interleaved_medians
-from torchfuser.tools.bench.common import against_peers, slower_flag, times_columns, times_head
+from torchfuser.tools.bench.peers import against_peers, slower_flag, times_columns, times_head
 from torchfuser.tools.bench.gemm import count_flops, flop_bound_share
 
 # Both blocks at GPT-2 small's width; LLaMA's intermediate is ~8/3 of the width, as SwiGLU models size it.

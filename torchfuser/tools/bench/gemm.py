@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torchfuser
 from torchfuser.tools.bench.bounds import fma_ceiling  # noqa: F401  (the GEMM section's ceiling; kept importable here)
-from torchfuser.tools.bench.common import PEERS, against_peers, slower_flag, times_columns, times_head
+from torchfuser.tools.bench.peers import PEERS, against_peers, slower_flag, times_columns, times_head
 
 # (M, K, N): C[M, N] = A[M, K] @ W[N, K]^T, as a Linear computes it
 GEMM_SHAPES = {"1024^3": (1024, 1024, 1024), "512x768x3072": (512, 768, 3072),

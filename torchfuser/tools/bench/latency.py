@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from torchfuser.tools.bench.blocks import block_row, module_row
-from torchfuser.tools.bench.common import slower_flag, times_columns, times_head
+from torchfuser.tools.bench.peers import slower_flag, times_columns, times_head
 from torchfuser.tools.bench.gemm import linear_module
 
 GEMV_TARGET = 0.80  # of the copy bandwidth: the GEMV's weight streaming should reach at least this

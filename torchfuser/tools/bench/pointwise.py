@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torchfuser
-from torchfuser.tools.bench.common import against_peers, slower_flag, times_columns, times_head
+from torchfuser.tools.bench.peers import against_peers, slower_flag, times_columns, times_head
 
 SIZES = {"1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24}
 
