@@ -1,4 +1,4 @@
-"""What every bench section shares: the peers torchfuser is compared with, timed in the same interleaved rounds,
+"""The peers torchfuser is compared with in every bench section, timed in the same interleaved rounds,
 and the columns that show them.
 
 Peers: eager; inductor (torch.compile's default); inductor with `freezing=True`, what a CPU inference user
