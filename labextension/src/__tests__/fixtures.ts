@@ -12,6 +12,13 @@ export function loadFixture(name: string): any {
   return JSON.parse(readFileSync(join(__dirname, '../../test/fixtures', name), 'utf8'));
 }
 
+/** The repository's shared fixtures (tests/fixtures), written by the Python side. */
+export const REPO_FIXTURES = join(__dirname, '../../../tests/fixtures');
+
+export function loadRepoFixture(name: string): any {
+  return JSON.parse(readFileSync(join(REPO_FIXTURES, name), 'utf8'));
+}
+
 function xml(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }

@@ -2,11 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { buildDisplayGraph, collapseLevels, moduleEntries, modulesAtDepth, toDisplayed } from '../view/collapse';
 import { dotQuote, nodeFillColors, parseAttributeList, tunedForSize, withGraphAttributes } from '../view/dot_text';
 import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from '../view/graph_index';
-import { normalizeBundle, type Graph } from '../view/schema';
+import { decodeBundle } from '../view/decode';
+import type { Graph } from '../view/schema';
 import { matchNodes } from '../view/search';
 import { loadFixture } from './fixtures';
 
-const report = normalizeBundle(loadFixture('mlp_bundle.json')).reports[0];
+const report = decodeBundle(loadFixture('mlp_bundle.json')).reports[0];
 const gemmPass = report.passes[0];
 const before = new GraphIndex(gemmPass.graph_before!);
 const after = new GraphIndex(gemmPass.graph_after!);
@@ -131,7 +132,7 @@ describe('DOT text', () => {
 describe('kernel nodes named before codegen', () => {
   // The core may name a kernel node after its group (tf_gemm_group0) and the kernel record
   // after its cache key (tf_gemm_a2861…): the fused group ties them together.
-  const renamed = normalizeBundle(loadFixture('mlp_bundle.json')).reports[0];
+  const renamed = decodeBundle(loadFixture('mlp_bundle.json')).reports[0];
   renamed.kernels = renamed.kernels.map(k => ({ ...k, name: `${k.name}_cachekey` }));
   const afterIndex = new GraphIndex(renamed.passes[0].graph_after!);
   const beforeIndex = new GraphIndex(renamed.passes[0].graph_before!);

@@ -5,7 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
-import { normalizeBundle } from '../view/schema';
+import { decodeBundle } from '../view/decode';
 import { SourcePane } from '../view/source_pane';
 import { hostOverhead, kernelSegments, renderTimingBar } from '../view/timing_bar';
 import { loadFixture, stubGraphviz } from './fixtures';
@@ -32,7 +32,7 @@ function bundle(withNewFields: boolean): any {
 }
 
 function timingBar(value: any): HTMLElement {
-  const report = normalizeBundle(value).reports[0];
+  const report = decodeBundle(value).reports[0];
   const node = renderTimingBar(report, () => '#123456', () => undefined);
   document.body.appendChild(node);
   return node;
@@ -74,7 +74,7 @@ describe('timing bar: host overhead segment', () => {
   it('derives it for older reports: compiled - kernel total', () => {
     const value = bundle(false);
     expect('host_overhead_seconds' in value.reports[0].timings).toBe(false);
-    const report = normalizeBundle(value).reports[0];
+    const report = decodeBundle(value).reports[0];
     const kernelTotal = kernelSegments(report).reduce((sum, s) => sum + s.seconds, 0);
     expect(kernelTotal).toBeCloseTo(0.00026, 9);
     expect(hostOverhead(report, kernelTotal)).toBeCloseTo(0.00004, 9);
@@ -153,7 +153,7 @@ describe('kernel details: lane', () => {
   it('renders a hostile lane and reason as text only', () => {
     const pane = new SourcePane();
     document.body.appendChild(pane.node);
-    const kernel = normalizeBundle(bundle(true)).reports[0].kernels[2];
+    const kernel = decodeBundle(bundle(true)).reports[0].kernels[2];
     pane.showKernel({ ...kernel, lane: HOSTILE }, 4);
     expect(pane.node.querySelector('img')).toBeNull();
     expect((window as any).__x).toBeUndefined();

@@ -3,8 +3,9 @@
  * drawn graph; edges are rerouted to it. With nothing collapsed, the
  * compiler's own DOT is drawn unchanged.
  */
-import { dotQuote, nodeFillColors, tunedForSize } from './dot_text';
+import { dotQuote, tunedForSize } from './dot_text';
 import { formatLocation, formatShape } from './format';
+import { graphFillColors } from './graph_dot';
 import type { Graph, GraphNode } from './schema';
 
 export const MODULE_NODE_PREFIX = 'module:';
@@ -31,37 +32,114 @@ function ancestorsOf(path: string): string[] {
   return parts.map((_, i) => parts.slice(0, i + 1).join('.'));
 }
 
-/** Every module path in the graph, ancestors included, with the nodes inside it. */
+function commonAncestor(a: string, b: string): string {
+  if (!a || !b) {
+    return '';
+  }
+  const left = a.split('.');
+  const right = b.split('.');
+  let shared = 0;
+  while (shared < left.length && shared < right.length && left[shared] === right[shared]) {
+    shared++;
+  }
+  return left.slice(0, shared).join('.');
+}
+
+const pathsCache = new WeakMap<Graph, Map<string, string>>();
+
+/**
+ * node id → the module path it is collapsed with. In an ATen graph every
+ * parameter and input is a top-level placeholder (hundreds in a big model);
+ * one read only inside one module (the nearest common one of its readers)
+ * goes with that module, so a collapsed drawing is not a field of loose inputs.
+ */
+export function memberPaths(graph: Graph): Map<string, string> {
+  let paths = pathsCache.get(graph);
+  if (paths) {
+    return paths;
+  }
+  paths = new Map();
+  const loose = new Set<string>();
+  const moduleOf = new Map<string, string>();
+  for (const node of graph.nodes) {
+    moduleOf.set(node.id, node.module ?? '');
+    if (node.module) {
+      paths.set(node.id, node.module);
+    } else if (node.op === 'placeholder' || node.op === 'get_attr') {
+      loose.add(node.id);
+    }
+  }
+  if (loose.size) {
+    const readers = new Map<string, string>();
+    for (const [from, to] of graph.edges) {
+      if (loose.has(from)) {
+        const path = moduleOf.get(to) ?? '';
+        const previous = readers.get(from);
+        readers.set(from, previous === undefined ? path : commonAncestor(previous, path));
+      }
+    }
+    for (const [id, path] of readers) {
+      if (path) {
+        paths.set(id, path);
+      }
+    }
+  }
+  pathsCache.set(graph, paths);
+  return paths;
+}
+
+const entriesCache = new WeakMap<Graph, ModuleEntry[]>();
+
+/** Every module path in the graph, ancestors included, with the nodes inside it (computed once per graph). */
 export function moduleEntries(graph: Graph | null): ModuleEntry[] {
   if (!graph) {
     return [];
   }
+  let entries = entriesCache.get(graph);
+  if (!entries) {
+    entries = collectModuleEntries(graph);
+    entriesCache.set(graph, entries);
+  }
+  return entries;
+}
+
+function collectModuleEntries(graph: Graph): ModuleEntry[] {
   const members = new Map<string, Set<string>>();
   const types = new Map<string, string>();
-  const add = (modulePath: string, id: string) => {
+  const add = (modulePath: string, ids: Iterable<string>) => {
     for (const path of ancestorsOf(modulePath)) {
       let set = members.get(path);
       if (!set) {
         set = new Set();
         members.set(path, set);
       }
-      set.add(id);
-    }
-  };
-  for (const node of graph.nodes) {
-    if (node.module) {
-      add(node.module, node.id);
-      if (node.module_type && !types.has(node.module)) {
-        types.set(node.module, node.module_type);
+      for (const id of ids) {
+        set.add(id);
       }
     }
-  }
-  for (const [path, ids] of Object.entries(graph.modules)) {
-    if (!path) {
-      continue;
+  };
+  // Grouped by path first: ancestors are worked out once per module, not once per node.
+  const byPath = new Map<string, string[]>();
+  for (const [id, path] of memberPaths(graph)) {
+    const ids = byPath.get(path);
+    if (ids) {
+      ids.push(id);
+    } else {
+      byPath.set(path, [id]);
     }
-    for (const id of Array.isArray(ids) ? ids : []) {
-      add(path, id);
+  }
+  for (const [path, ids] of byPath) {
+    add(path, ids);
+  }
+  for (const node of graph.nodes) {
+    if (node.module && node.module_type && !types.has(node.module)) {
+      types.set(node.module, node.module_type);
+    }
+  }
+  // A stored graph's module lists may name nodes their own field does not; a derived graph's are built from it.
+  for (const [path, ids] of graph.derived ? [] : Object.entries(graph.modules)) {
+    if (path && Array.isArray(ids)) {
+      add(path, ids);
     }
   }
   return [...members.entries()]
@@ -127,8 +205,12 @@ function nodeStatement(node: GraphNode, fill: string | undefined): string {
   return `  ${dotQuote(node.id)} [${attrs.map(([k, v]) => `${k}=${dotQuote(v)}`).join(', ')}];`;
 }
 
-function rankdirOf(dot: string): string {
-  const match = /rankdir\s*=\s*"?(TB|LR|BT|RL)"?/i.exec(dot);
+/** The stored DOT's direction; derived DOT is always top to bottom (and is not built just to ask). */
+function rankdirOf(graph: Graph): string {
+  if (graph.derived) {
+    return 'TB';
+  }
+  const match = /rankdir\s*=\s*"?(TB|LR|BT|RL)"?/i.exec(graph.dot);
   return match ? match[1].toUpperCase() : 'TB';
 }
 
@@ -146,10 +228,10 @@ export function buildDisplayGraph(graph: Graph, collapsed: Set<string>): Display
   if (members.size === 0 && graph.dot) {
     return { dot: tunedForSize(graph.dot, graph.nodes.length), representative, members };
   }
-  const fills = nodeFillColors(graph.dot);
+  const fills = graphFillColors(graph);
   const lines = [
     'digraph G {',
-    `  rankdir=${rankdirOf(graph.dot)};`,
+    `  rankdir=${rankdirOf(graph)};`,
     '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica", fontsize=11];',
     '  edge [arrowsize=0.6];'
   ];
@@ -231,4 +313,95 @@ export function collapseLevels(entries: ModuleEntry[]): { depth: number; count: 
     }
   }
   return levels;
+}
+
+/** About this many boxes lay out in well under a second and stay readable. */
+export const BOX_BUDGET = 150;
+
+const parentsCache = new WeakMap<Graph, Set<string>>();
+
+/** Module paths that contain other modules. */
+function parentPaths(graph: Graph): Set<string> {
+  let parents = parentsCache.get(graph);
+  if (!parents) {
+    parents = new Set();
+    for (const entry of moduleEntries(graph)) {
+      const cut = entry.path.lastIndexOf('.');
+      if (cut > 0) {
+        parents.add(entry.path.slice(0, cut));
+      }
+    }
+    parentsCache.set(graph, parents);
+  }
+  return parents;
+}
+
+/**
+ * What "collapse to level `depth`" collapses: every module at that depth, and
+ * the shallower modules with no modules inside (an embedding, a final norm),
+ * which would otherwise stay spread out beside the collapsed ones.
+ */
+export function collapsedAtDepth(graph: Graph | null, depth: number): string[] {
+  if (!graph) {
+    return [];
+  }
+  const parents = parentPaths(graph);
+  return moduleEntries(graph)
+    .filter(entry => entry.depth === depth || (entry.depth < depth && !parents.has(entry.path)))
+    .map(entry => entry.path);
+}
+
+/** Boxes drawn when collapsed to level `depth` (see collapsedAtDepth). */
+export function boxesAtDepth(graph: Graph, depth: number): number {
+  const boxes = new Set<string>();
+  const paths = memberPaths(graph);
+  const parents = parentPaths(graph);
+  const boxOfPath = new Map<string, string | null>(); // null: the node is drawn itself
+  for (const node of graph.nodes) {
+    const path = paths.get(node.id);
+    let box = path ? boxOfPath.get(path) : null;
+    if (box === undefined && path) {
+      const parts = path.split('.');
+      box =
+        parts.length > depth
+          ? MODULE_NODE_PREFIX + parts.slice(0, depth + 1).join('.')
+          : parents.has(path)
+            ? null
+            : MODULE_NODE_PREFIX + path;
+      boxOfPath.set(path, box);
+    }
+    boxes.add(box ?? node.id);
+  }
+  return boxes.size;
+}
+
+/**
+ * The depth to collapse a big graph to when it is first shown: the deepest
+ * module depth whose drawing stays within `budget` boxes on every graph, else
+ * the top level. null when every graph fits whole (or has no modules).
+ */
+export function initialCollapseDepth(graphs: (Graph | null)[], budget = BOX_BUDGET): number | null {
+  const present = graphs.filter((graph): graph is Graph => graph !== null);
+  if (present.every(graph => graph.nodes.length <= budget)) {
+    return null;
+  }
+  const maxDepth = Math.max(-1, ...present.flatMap(graph => moduleEntries(graph).map(entry => entry.depth)));
+  if (maxDepth < 0) {
+    return null;
+  }
+  // Deeper levels only split boxes, so the count grows with depth: stop at the first one over budget.
+  let chosen = 0;
+  for (let depth = 1; depth <= maxDepth; depth++) {
+    if (!present.every(graph => boxesAtDepth(graph, depth) <= budget)) {
+      break;
+    }
+    chosen = depth;
+  }
+  return chosen;
+}
+
+/** The modules directly inside `path`. */
+export function childModules(entries: ModuleEntry[], path: string): string[] {
+  const depth = path.split('.').length;
+  return entries.filter(entry => entry.depth === depth && entry.path.startsWith(path + '.')).map(entry => entry.path);
 }

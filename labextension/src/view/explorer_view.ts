@@ -3,14 +3,26 @@
  * and the MIME renderer both create one and feed it bundles; the host decides
  * whether toggles and Re-run are live (a kernel is running) or not.
  */
-import { buildDisplayGraph, moduleEntries, modulesAtDepth, MODULE_NODE_PREFIX, toDisplayed, toRaw, type DisplayGraph } from './collapse';
+import {
+  BOX_BUDGET,
+  buildDisplayGraph,
+  childModules,
+  collapsedAtDepth,
+  initialCollapseDepth,
+  moduleEntries,
+  MODULE_NODE_PREFIX,
+  toDisplayed,
+  toRaw,
+  type DisplayGraph
+} from './collapse';
 import { clear, el } from './dom';
-import { nodeFillColors } from './dot_text';
-import { findCounterparts, GraphIndex, kernelForNode, kernelNodeIds } from './graph_index';
+import { findCounterparts, GraphIndex, kernelFillColors, kernelForNode, kernelNodeIds } from './graph_index';
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
-import { PassList, WHOLE_PIPELINE } from './pass_list';
-import { normalizeBundle, type Bundle, type Graph, type Report } from './schema';
+import { LayoutCache } from './layout_engine';
+import { passError, PassList, WHOLE_PIPELINE } from './pass_list';
+import { decodeBundle } from './decode';
+import type { Bundle, Graph, Report } from './schema';
 import { matchNodes } from './search';
 import { SourcePane } from './source_pane';
 import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector, renderShapes } from './summary';
@@ -34,6 +46,15 @@ const MIN_PANE_HEIGHT_PX = 180;
 const MAX_PANE_HEIGHT_PX = 520;
 const BUSY_STATUS = /^(running|compiling|busy|rerunning)/i;
 
+/** A user-timing measure, for harnesses and the browser tests (costs nothing otherwise). */
+function measure(name: string, start: number): void {
+  try {
+    performance.measure?.(name, { start, end: performance.now() });
+  } catch {
+    // engines without measure options: timing is optional
+  }
+}
+
 export class ExplorerView {
   readonly node: HTMLElement;
   private bundle: Bundle | null = null;
@@ -41,7 +62,13 @@ export class ExplorerView {
   private selectedPass = WHOLE_PIPELINE;
   private enabledFromHost: string[] | null = null;
   private collapsed = new Set<string>();
+  /** False until the user collapses or expands: big graphs then start collapsed to a depth chosen by size. */
+  private collapseChosenByUser = false;
   private query = '';
+  /** Which match search centres (Enter steps to the next). */
+  private matchIndex = 0;
+  /** Layouts for this view's life: the same DOT is laid out once. */
+  readonly layouts = new LayoutCache();
   private selectedKernel: string | null = null;
   private readonly sides: Record<Side, SideState> = {
     before: { graph: null, index: null, display: null },
@@ -65,7 +92,10 @@ export class ExplorerView {
       onHover: (side: Side, id: string | null) => this.hover(side, id),
       onClick: (side: Side, id: string) => this.clickNode(side, id)
     };
-    this.panes = { before: new GraphPane('before', paneHandlers), after: new GraphPane('after', paneHandlers) };
+    this.panes = {
+      before: new GraphPane('before', paneHandlers, this.layouts),
+      after: new GraphPane('after', paneHandlers, this.layouts)
+    };
     this.passList = new PassList(host.interactive, {
       onSelect: name => this.selectPass(name),
       onToggle: (name, enabled) => this.togglePass(name, enabled),
@@ -107,8 +137,10 @@ export class ExplorerView {
   }
 
   setBundle(value: unknown): void {
+    const started = performance.now();
     try {
-      this.bundle = normalizeBundle(value);
+      this.bundle = decodeBundle(value);
+      measure('torchfuser:decode', started);
       this.errorSlot.textContent = '';
     } catch (error) {
       this.bundle = null;
@@ -118,6 +150,7 @@ export class ExplorerView {
       this.reportIndex = 0;
     }
     this.selectedKernel = null;
+    this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
   }
@@ -143,6 +176,7 @@ export class ExplorerView {
   selectReport(index: number): void {
     this.reportIndex = index;
     this.selectedKernel = null;
+    this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
   }
@@ -153,14 +187,28 @@ export class ExplorerView {
     this.drawGraphs();
   }
 
+  /** The user's choice of collapsed modules (kept across pass switches). */
   setCollapsed(paths: string[]): void {
+    this.collapseChosenByUser = true;
     this.collapsed = new Set(paths);
     this.drawGraphs();
   }
 
+  /** Expands a collapsed module; one too big to draw whole shows its child modules collapsed instead. */
+  expandModule(path: string): void {
+    const remaining = [...this.collapsed].filter(p => p !== path && !p.startsWith(path + '.'));
+    const graphs = [this.sides.before.graph, this.sides.after.graph];
+    const size = Math.max(0, ...graphs.map(graph => moduleEntries(graph).find(entry => entry.path === path)?.nodeIds.length ?? 0));
+    const children = size > BOX_BUDGET ? graphs.flatMap(graph => childModules(moduleEntries(graph), path)) : [];
+    this.setCollapsed([...new Set([...remaining, ...children])]);
+  }
+
   private modulesAtDepthOnEitherSide(depth: number): string[] {
-    const paths = [this.sides.before.graph, this.sides.after.graph].flatMap(graph => modulesAtDepth(moduleEntries(graph), depth));
-    return [...new Set(paths)];
+    return this.modulesAtDepthIn([this.sides.before.graph, this.sides.after.graph], depth);
+  }
+
+  private modulesAtDepthIn(graphs: (Graph | null)[], depth: number): string[] {
+    return [...new Set(graphs.flatMap(graph => collapsedAtDepth(graph, depth)))];
   }
 
   private togglePass(name: string, enabled: boolean): void {
@@ -198,7 +246,7 @@ export class ExplorerView {
         this.headerSlot.append(shapes);
       }
       this.kernelSlot.append(renderKernelTable(report, name => this.selectKernel(name)));
-      const colors = this.kernelColors(report);
+      const colors = kernelFillColors(report);
       this.kernelColorMap = colors;
       this.timingSlot.append(renderTimingBar(report, name => colors.get(name), name => this.selectKernel(name)));
       const fallbacks = renderFallbacks(report);
@@ -230,7 +278,12 @@ export class ExplorerView {
       return { before, after, caption: ['ATen graph (before all passes)', 'final graph (after all passes)'], message: 'This report has no graphs.' };
     }
     const record = report.passes.find(p => p.name === this.selectedPass);
-    const message = record && !record.enabled ? `${this.selectedPass} was disabled in this run.` : 'No graph recorded.';
+    const error = passError(record);
+    const message = error
+      ? `${this.selectedPass} failed, so the graph was compiled without it: ${error}`
+      : record && !record.enabled
+        ? `${this.selectedPass} was disabled in this run.`
+        : 'No graph recorded.';
     return {
       before: record?.graph_before ?? null,
       after: record?.graph_after ?? null,
@@ -241,7 +294,13 @@ export class ExplorerView {
 
   private drawGraphs(): void {
     const token = ++this.drawToken;
+    const started = performance.now();
     const selection = this.graphsForSelection();
+    let autoDepth: number | null = null;
+    if (!this.collapseChosenByUser) {
+      autoDepth = initialCollapseDepth([selection.before, selection.after]);
+      this.collapsed = new Set(autoDepth === null ? [] : this.modulesAtDepthIn([selection.before, selection.after], autoDepth));
+    }
     for (const side of ['before', 'after'] as Side[]) {
       const graph = selection[side];
       this.sides[side] = {
@@ -253,7 +312,7 @@ export class ExplorerView {
       this.panes[side].setCaption(`${selection.caption[side === 'before' ? 0 : 1]}${count}`);
     }
     const entries = moduleEntries(selection.after ?? selection.before);
-    this.toolbar.setModules(entries.length ? entries : moduleEntries(selection.before), this.collapsed);
+    this.toolbar.setModules(entries.length ? entries : moduleEntries(selection.before), this.collapsed, autoDepth);
     this.drawing = Promise.all(
       (['before', 'after'] as Side[]).map(side =>
         this.panes[side].render(this.sides[side].graph, this.sides[side].display, selection.message)
@@ -264,6 +323,7 @@ export class ExplorerView {
         this.paintCoveredNodes();
         this.applySearch(false);
         this.applyKernelSelection();
+        measure('torchfuser:draw', started);
       }
     });
   }
@@ -338,8 +398,7 @@ export class ExplorerView {
 
   private clickNode(side: Side, displayedId: string): void {
     if (displayedId.startsWith(MODULE_NODE_PREFIX)) {
-      const path = displayedId.slice(MODULE_NODE_PREFIX.length);
-      this.setCollapsed([...this.collapsed].filter(p => p !== path && !p.startsWith(path + '.')));
+      this.expandModule(displayedId.slice(MODULE_NODE_PREFIX.length));
       return;
     }
     const node = this.sides[side].index?.byId.get(displayedId);
@@ -395,12 +454,22 @@ export class ExplorerView {
     });
   }
 
-  search(query: string, reveal: boolean): void {
-    this.query = query;
-    this.applySearch(reveal);
+  /**
+   * A new query highlights its matches and centres the first; the same query
+   * again with `next` (Enter) centres the next match, wrapping around.
+   */
+  search(query: string, next: boolean): void {
+    if (query !== this.query) {
+      this.query = query;
+      this.matchIndex = 0;
+      this.applySearch(true);
+    } else if (next) {
+      this.matchIndex++;
+      this.applySearch(true);
+    }
   }
 
-  private applySearch(reveal: boolean): void {
+  private applySearch(focus: boolean): void {
     const active = this.query.trim().length > 0;
     const counts: Record<Side, number> = { before: 0, after: 0 };
     for (const side of ['before', 'after'] as Side[]) {
@@ -408,31 +477,12 @@ export class ExplorerView {
       const matches = state.display ? toDisplayed(matchNodes(state.graph, this.query), state.display) : new Set<string>();
       counts[side] = this.panes[side].setHighlight('jp-torchfuser-match', matches);
       this.panes[side].setSearching(active);
-      if (reveal && matches.size) {
-        this.panes[side].reveal([...matches][0]);
+      if (focus && active && matches.size) {
+        const ordered = [...matches];
+        this.panes[side].focus(ordered[this.matchIndex % ordered.length]);
       }
     }
     this.toolbar.setMatchCount(counts.before, counts.after, active);
-  }
-
-  /** Fill colour of each kernel's node (DOT carries the group colours); one DOT scan per graph. */
-  private kernelColors(report: Report): Map<string, string> {
-    const colors = new Map<string, string>();
-    const graphs = [...report.passes.map(p => p.graph_after), report.graphs.aten].filter((g): g is Graph => !!g);
-    for (const graph of graphs) {
-      if (!graph.nodes.some(n => n.kernel)) {
-        continue;
-      }
-      const fills = nodeFillColors(graph.dot);
-      for (const node of graph.nodes) {
-        const fill = fills.get(node.id);
-        const name = kernelForNode(node, report.kernels)?.name;
-        if (name && fill && !colors.has(name)) {
-          colors.set(name, fill);
-        }
-      }
-    }
-    return colors;
   }
 
   dispose(): void {

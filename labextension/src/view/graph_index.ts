@@ -3,7 +3,8 @@
  * before/after graphs of a pass: same node id, same fused group, or a kernel
  * node and the nodes its kernel covers.
  */
-import type { Graph, GraphNode, Kernel } from './schema';
+import { graphFillColors } from './graph_dot';
+import type { Graph, GraphNode, Kernel, Report } from './schema';
 
 export class GraphIndex {
   readonly byId = new Map<string, GraphNode>();
@@ -117,4 +118,24 @@ export function findCounterparts(
     }
   }
   return result;
+}
+
+/** Fill colour of each kernel's node, as drawn (group colours; a stored DOT is read once per graph). */
+export function kernelFillColors(report: Report): Map<string, string> {
+  const colors = new Map<string, string>();
+  const graphs = [...report.passes.map(p => p.graph_after), report.graphs.aten].filter((g): g is Graph => !!g);
+  for (const graph of graphs) {
+    if (!graph.nodes.some(n => n.kernel)) {
+      continue;
+    }
+    const fills = graphFillColors(graph);
+    for (const node of graph.nodes) {
+      const fill = fills.get(node.id);
+      const name = kernelForNode(node, report.kernels)?.name;
+      if (name && fill && !colors.has(name)) {
+        colors.set(name, fill);
+      }
+    }
+  }
+  return colors;
 }

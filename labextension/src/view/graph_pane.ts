@@ -5,7 +5,7 @@
  */
 import { KERNEL_CLASS, MODULE_CLASS, type DisplayGraph } from './collapse';
 import { clear, el } from './dom';
-import { getLayoutEngine } from './layout_engine';
+import { LayoutCache, type LayoutEngine } from './layout_engine';
 import { PanZoom } from './pan_zoom';
 import { parseSafeSvg } from './safe_svg';
 import type { Graph } from './schema';
@@ -50,7 +50,9 @@ export class GraphPane {
 
   constructor(
     readonly side: Side,
-    private readonly callbacks: GraphPaneCallbacks
+    private readonly callbacks: GraphPaneCallbacks,
+    /** The view's layouts, shared by its panes (a DOT laid out once serves both). */
+    private readonly layouts: LayoutEngine = new LayoutCache()
   ) {
     this.caption = el('div', { className: 'jp-torchfuser-graph-caption' });
     this.canvas = el('div', {
@@ -100,9 +102,8 @@ export class GraphPane {
     this.showMessage(`Laying out ${graph.nodes.length} nodes…`, 'loading');
     let svg: SVGSVGElement;
     try {
-      const engine = await getLayoutEngine();
       const layoutStarted = performance.now();
-      const svgText = await engine.renderSvg(display.dot);
+      const svgText = await this.layouts.renderSvg(display.dot);
       const parseStarted = performance.now();
       if (token !== this.renderToken) {
         return;
@@ -198,11 +199,11 @@ export class GraphPane {
     this.canvas.classList.toggle('jp-torchfuser-searching', active);
   }
 
-  /** Pans so that the node is in the middle, unless it is already in view. */
-  reveal(displayedId: string): void {
+  /** Centre of a drawn node in SVG user units (null when it is not drawn or cannot be measured). */
+  private nodeCentre(displayedId: string): { x: number; y: number } | null {
     const element = this.nodeElements.get(displayedId) as SVGGraphicsElement | undefined;
     if (!element || !this.panZoom || typeof element.getBBox !== 'function') {
-      return;
+      return null;
     }
     const box = element.getBBox();
     // Graphviz puts everything under a translated <g class="graph">.
@@ -210,10 +211,23 @@ export class GraphPane {
     const matrix = graphGroup?.transform?.baseVal?.consolidate()?.matrix;
     const dx = matrix ? matrix.e : 0;
     const dy = matrix ? matrix.f : 0;
-    const x = box.x + box.width / 2 + dx;
-    const y = box.y + box.height / 2 + dy;
-    if (!this.panZoom.shows(x, y)) {
-      this.panZoom.centerOn(x, y);
+    return { x: box.x + box.width / 2 + dx, y: box.y + box.height / 2 + dy };
+  }
+
+  /** Pans so that the node is in the middle, unless it is already in view. */
+  reveal(displayedId: string): void {
+    const centre = this.nodeCentre(displayedId);
+    if (centre && this.panZoom && !this.panZoom.shows(centre.x, centre.y)) {
+      this.panZoom.centerOn(centre.x, centre.y);
+    }
+  }
+
+  /** Centres the node, zooming in to natural size first if the graph is shown smaller (search). */
+  focus(displayedId: string): void {
+    const centre = this.nodeCentre(displayedId);
+    if (centre && this.panZoom) {
+      this.panZoom.focusOn(centre.x, centre.y);
+      this.canvas.setAttribute('data-focus', displayedId);
     }
   }
 

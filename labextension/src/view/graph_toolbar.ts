@@ -37,6 +37,10 @@ export class GraphToolbar {
     });
     this.searchInput.addEventListener('keydown', event => {
       if (event.key === 'Enter') {
+        if (this.searchTimer) {
+          clearTimeout(this.searchTimer); // Enter searches now; the pending keystroke search is the same query
+          this.searchTimer = null;
+        }
         this.handlers.onSearch(this.searchInput.value, true);
       }
     });
@@ -78,7 +82,8 @@ export class GraphToolbar {
     this.matchCount.textContent = active ? `${before} before · ${after} after` : '';
   }
 
-  setModules(entries: ModuleEntry[], collapsed: Set<string>): void {
+  /** `level`: the depth the view collapsed to by itself (a big graph shown first), else null. */
+  setModules(entries: ModuleEntry[], collapsed: Set<string>, level: number | null = null): void {
     clear(this.moduleList);
     const chosen = this.levelSelect.value;
     clear(this.levelSelect);
@@ -87,7 +92,7 @@ export class GraphToolbar {
       const label = `level ${level.depth + 1}: ${level.count} module${level.count === 1 ? '' : 's'} (${level.example}${level.count > 1 ? ', …' : ''})`;
       this.levelSelect.appendChild(el('option', { text: label, attrs: { value: level.depth } }));
     }
-    this.levelSelect.value = collapsed.size ? chosen : '';
+    this.levelSelect.value = level !== null ? String(level) : collapsed.size ? chosen : '';
     this.moduleSummary.textContent = `Modules (${entries.length})${collapsed.size ? `, ${collapsed.size} collapsed` : ''}`;
     for (const entry of entries.slice(0, MAX_LISTED_MODULES)) {
       const checkbox = el('input', {

@@ -138,6 +138,65 @@ export function getLayoutEngine(): Promise<LayoutEngine> {
   return loading;
 }
 
+interface CachedLayout {
+  svg: Promise<string>;
+  chars: number;
+}
+
+/**
+ * SVG per DOT text for one view: the same DOT (a snapshot drawn again after a
+ * pass switch, or the unchanged before and after of a pass) is laid out once.
+ * Requests in flight are shared; failures are not kept. Only when the cached
+ * SVG passes `maxChars` in all are the least recently used entries dropped.
+ */
+export class LayoutCache implements LayoutEngine {
+  private readonly entries = new Map<string, CachedLayout>();
+  private chars = 0;
+  /** Layouts actually requested from Graphviz (for tests and the harness). */
+  layouts = 0;
+
+  constructor(private readonly maxChars = 48_000_000) {}
+
+  renderSvg(dot: string): Promise<string> {
+    const hit = this.entries.get(dot);
+    if (hit) {
+      this.entries.delete(dot); // re-insert: most recently used last
+      this.entries.set(dot, hit);
+      return hit.svg;
+    }
+    this.layouts++;
+    const entry: CachedLayout = { svg: getLayoutEngine().then(engine => engine.renderSvg(dot)), chars: 0 };
+    this.entries.set(dot, entry);
+    entry.svg.then(
+      svg => {
+        if (this.entries.get(dot) === entry) {
+          entry.chars = svg.length + dot.length;
+          this.chars += entry.chars;
+          this.evict(entry);
+        }
+      },
+      () => {
+        if (this.entries.get(dot) === entry) {
+          this.entries.delete(dot);
+        }
+      }
+    );
+    return entry.svg;
+  }
+
+  private evict(keep: CachedLayout): void {
+    for (const [dot, entry] of this.entries) {
+      if (this.chars <= this.maxChars) {
+        break;
+      }
+      if (entry !== keep && entry.chars > 0) {
+        this.entries.delete(dot);
+        this.chars -= entry.chars;
+      }
+    }
+  }
+}
+
 /** For tests and harnesses: replace (or with null, restore) the Graphviz engine. */
 export function setLayoutEngine(engine: LayoutEngine | null): void {
   override = engine;

@@ -103,6 +103,26 @@ export class PanZoom {
     this.apply();
   }
 
+  /**
+   * Centre on a point, zoomed in to at least natural size (one unit = 4/3 CSS
+   * pixels): a search match in a big graph is then readable, not a speck.
+   */
+  focusOn(x: number, y: number): void {
+    const rect = this.svg.getBoundingClientRect();
+    let { w, h } = this.box;
+    if (rect.width > 0 && rect.height > 0) {
+      const naturalW = rect.width / PX_PER_UNIT_AT_NATURAL_SIZE;
+      const naturalH = rect.height / PX_PER_UNIT_AT_NATURAL_SIZE;
+      if (w > naturalW * 1.001 || h > naturalH * 1.001) {
+        w = naturalW;
+        h = naturalH;
+      }
+    }
+    this.touched = true;
+    this.box = { x: x - w / 2, y: y - h / 2, w, h };
+    this.apply();
+  }
+
   private apply(): void {
     const { x, y, w, h } = this.box;
     this.svg.setAttribute('viewBox', `${x} ${y} ${w} ${h}`);

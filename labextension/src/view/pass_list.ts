@@ -37,9 +37,18 @@ function otherStats(record: PassRecord | undefined): string {
     .join(', ');
 }
 
+/** Why a pass failed: v2's `error`, or v1's stats.error. */
+export function passError(record: PassRecord | undefined): string | null {
+  const error: unknown = record?.error ?? (record?.stats as Record<string, unknown> | undefined)?.error;
+  return typeof error === 'string' && error ? error : null;
+}
+
 function passState(record: PassRecord | undefined): string {
   if (!record) {
     return 'not run';
+  }
+  if (passError(record)) {
+    return 'failed';
   }
   if (!record.enabled) {
     return 'disabled';

@@ -1,11 +1,15 @@
 /**
- * Types for the explorer bundle and the CompileReport (torchfuser/report/schema.md,
- * schema_version 1). Every string here may come from user code: render as text only.
+ * The view's own model of the explorer bundle and the CompileReport: the
+ * schema_version 1 layout (torchfuser/report/schema.md), every graph in full.
+ * decode.ts turns both wire versions into it (v2's wire types are generated
+ * from report.schema.json into ../generated/report_types.ts). Every string
+ * here may come from user code: render as text only.
  */
 
 export const REPORT_MIME_TYPE = 'application/vnd.torchfuser.report+json';
 export const BUNDLE_KIND = 'torchfuser.explorer';
-export const SUPPORTED_SCHEMA_VERSION = 1;
+/** The wire versions decode.ts reads. */
+export const SUPPORTED_SCHEMA_VERSIONS = [1, 2] as const;
 
 export interface GraphNode {
   id: string;
@@ -28,6 +32,11 @@ export interface Graph {
   edges: [string, string][];
   modules: Record<string, string[]>;
   dot: string;
+  /**
+   * True when `dot` is derived from the nodes (schema v2, or a v1 graph stored
+   * without DOT): fill colours are then the group colours, with no DOT to parse.
+   */
+  derived?: boolean;
 }
 
 export interface PassRecord {
@@ -38,6 +47,8 @@ export interface PassRecord {
   stats: Record<string, number>;
   graph_before: Graph | null;
   graph_after: Graph | null;
+  /** Why the pass failed (v1 kept this only as stats.error, which decoding also sets). */
+  error?: string | null;
 }
 
 export interface SourceLine {
@@ -135,84 +146,4 @@ export interface Bundle {
   schema_version: number;
   pipeline: string[];
   reports: Report[];
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** Missing optional parts become empty values so the view never has to guard twice. */
-function normalizeGraph(value: unknown): Graph | null {
-  if (!isObject(value)) {
-    return null;
-  }
-  return {
-    nodes: Array.isArray(value.nodes) ? (value.nodes as GraphNode[]) : [],
-    edges: Array.isArray(value.edges) ? (value.edges as [string, string][]) : [],
-    modules: isObject(value.modules) ? (value.modules as Record<string, string[]>) : {},
-    dot: typeof value.dot === 'string' ? value.dot : ''
-  };
-}
-
-function normalizeReport(value: unknown): Report {
-  if (!isObject(value)) {
-    throw new Error('TorchFuser report is not an object');
-  }
-  const version = value.schema_version;
-  if (version !== SUPPORTED_SCHEMA_VERSION) {
-    throw new Error(
-      `Unsupported TorchFuser report schema_version ${String(version)} (this view reads ${SUPPORTED_SCHEMA_VERSION})`
-    );
-  }
-  const graphs = isObject(value.graphs) ? value.graphs : {};
-  const passes = Array.isArray(value.passes) ? value.passes : [];
-  return {
-    ...(value as unknown as Report),
-    title: typeof value.title === 'string' ? value.title : 'graph',
-    graphs: { captured: normalizeGraph(graphs.captured), aten: normalizeGraph(graphs.aten) },
-    passes: passes.filter(isObject).map(p => ({
-      ...(p as unknown as PassRecord),
-      stats: isObject(p.stats) ? (p.stats as Record<string, number>) : {},
-      graph_before: normalizeGraph(p.graph_before),
-      graph_after: normalizeGraph(p.graph_after)
-    })),
-    kernels: Array.isArray(value.kernels) ? (value.kernels as Kernel[]) : [],
-    fallbacks: Array.isArray(value.fallbacks) ? (value.fallbacks as Fallback[]) : [],
-    timings: isObject(value.timings)
-      ? (value.timings as unknown as Timings)
-      : { eager_seconds: null, compiled_seconds: null, speedup: null }
-  };
-}
-
-/**
- * Accepts the explorer bundle, or a bare report (wrapped into a one-report bundle),
- * so a report saved by hand also renders.
- */
-export function normalizeBundle(value: unknown): Bundle {
-  if (isObject(value) && value.kind === BUNDLE_KIND) {
-    const reports = Array.isArray(value.reports) ? value.reports.map(normalizeReport) : [];
-    const pipeline = Array.isArray(value.pipeline)
-      ? value.pipeline.filter((p): p is string => typeof p === 'string')
-      : [];
-    return {
-      kind: BUNDLE_KIND,
-      schema_version: Number(value.schema_version ?? SUPPORTED_SCHEMA_VERSION),
-      pipeline: pipeline.length ? pipeline : pipelineOf(reports),
-      reports
-    };
-  }
-  if (isObject(value) && 'passes' in value) {
-    const report = normalizeReport(value);
-    return {
-      kind: BUNDLE_KIND,
-      schema_version: SUPPORTED_SCHEMA_VERSION,
-      pipeline: pipelineOf([report]),
-      reports: [report]
-    };
-  }
-  throw new Error('Not a TorchFuser explorer bundle');
-}
-
-function pipelineOf(reports: Report[]): string[] {
-  return reports.length ? reports[0].passes.map(p => p.name) : [];
 }

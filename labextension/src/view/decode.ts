@@ -1,0 +1,216 @@
+/**
+ * Bundle JSON (schema_version 1 or 2, or a bare report of either) → the
+ * view's model (schema.ts). v1 is already that layout: missing parts become
+ * empty values. v2 is expanded: interned module paths and source lines
+ * resolved, per-pass graphs replayed from the changes (wire_graphs.ts),
+ * kernel source and spec looked up by cache key, a failed pass's error shown
+ * in its stats as v1 did. Any other version is refused with a message.
+ */
+import type { WireFallback, WireKernel, WireKernelSource, WireNode, WireReport } from '../generated/report_types';
+import { graphDot } from './graph_dot';
+import {
+  BUNDLE_KIND,
+  SUPPORTED_SCHEMA_VERSIONS,
+  type Bundle,
+  type Fallback,
+  type Graph,
+  type GraphNode,
+  type Kernel,
+  type PassRecord,
+  type Report,
+  type Timings
+} from './schema';
+import { checkedNodes, derivedGraph, MalformedReport, passGraphs, Provenance } from './wire_graphs';
+
+export { MalformedReport };
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function list(value: unknown): unknown[] {
+  return Array.isArray(value) ? value : [];
+}
+
+const NO_TIMINGS: Timings = { eager_seconds: null, compiled_seconds: null, speedup: null };
+
+function unsupported(version: unknown): Error {
+  return new Error(
+    `Unsupported TorchFuser report schema_version ${String(version)} ` +
+      `(this view reads ${SUPPORTED_SCHEMA_VERSIONS.join(' and ')})`
+  );
+}
+
+// ---- schema_version 1 --------------------------------------------------------------------------
+
+/** A v1 graph; one stored without DOT gets the compiler's DOT derived when first drawn. */
+function normalizeGraphV1(value: unknown): Graph | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  const nodes = list(value.nodes) as GraphNode[];
+  const edges = list(value.edges) as [string, string][];
+  const modules = isObject(value.modules) ? (value.modules as Record<string, string[]>) : {};
+  if (typeof value.dot === 'string' && value.dot) {
+    return { nodes, edges, modules, dot: value.dot };
+  }
+  let dot: string | null = null;
+  return {
+    nodes,
+    edges,
+    modules,
+    derived: true,
+    get dot(): string {
+      dot ??= graphDot({ nodes, edges });
+      return dot;
+    }
+  };
+}
+
+function decodeReportV1(value: Record<string, unknown>): Report {
+  const graphs = isObject(value.graphs) ? value.graphs : {};
+  return {
+    ...(value as unknown as Report),
+    title: typeof value.title === 'string' ? value.title : 'graph',
+    graphs: { captured: normalizeGraphV1(graphs.captured), aten: normalizeGraphV1(graphs.aten) },
+    passes: list(value.passes)
+      .filter(isObject)
+      .map(p => ({
+        ...(p as unknown as PassRecord),
+        stats: isObject(p.stats) ? (p.stats as Record<string, number>) : {},
+        graph_before: normalizeGraphV1(p.graph_before),
+        graph_after: normalizeGraphV1(p.graph_after)
+      })),
+    kernels: list(value.kernels) as Kernel[],
+    fallbacks: list(value.fallbacks) as Fallback[],
+    timings: isObject(value.timings) ? (value.timings as unknown as Timings) : NO_TIMINGS
+  };
+}
+
+// ---- schema_version 2 --------------------------------------------------------------------------
+
+function decodeKernel(kernel: WireKernel, sources: Record<string, WireKernelSource>, provenance: Provenance): Kernel {
+  const shared = Object.prototype.hasOwnProperty.call(sources, kernel.cache_key) ? sources[kernel.cache_key] : undefined;
+  return {
+    ...(kernel as unknown as Kernel),
+    source: typeof shared?.source === 'string' ? shared.source : '',
+    spec: typeof shared?.spec === 'string' ? shared.spec : '',
+    nodes: list(kernel.nodes).filter((id): id is string => typeof id === 'string'),
+    sources: list(kernel.sources).map(ref => {
+      const [module, location] = Array.isArray(ref) ? ref : [];
+      return provenance.fields(module, location);
+    })
+  };
+}
+
+function decodeFallback(fallback: WireFallback, provenance: Provenance): Fallback {
+  const { module, file, line, code } = provenance.fields(fallback.module, fallback.location);
+  return { op: String(fallback.op), node: String(fallback.node), reason: String(fallback.reason), module, file, line, code };
+}
+
+function decodeWireGraph(
+  value: unknown,
+  where: string,
+  provenance: Provenance
+): { graph: Graph | null; nodes: WireNode[] | null } {
+  if (!isObject(value)) {
+    return { graph: null, nodes: null };
+  }
+  const nodes = checkedNodes(value.nodes, where);
+  return { graph: derivedGraph(nodes, value.fused_into, provenance), nodes };
+}
+
+function decodeReportV2(value: Record<string, unknown>): Report {
+  const wire = value as unknown as WireReport;
+  const provenance = new Provenance(list(wire.modules) as WireReport['modules'], list(wire.locations) as WireReport['locations']);
+  const graphs = isObject(wire.graphs) ? wire.graphs : { captured: null, aten: null };
+  const captured = decodeWireGraph(graphs.captured, 'graphs.captured', provenance);
+  const aten = decodeWireGraph(graphs.aten, 'graphs.aten', provenance);
+  const passes = list(wire.passes).filter(isObject) as unknown as WireReport['passes'];
+  const names = passes.map(p => ({ name: String(p.name), change: p.change }));
+  const chain = passGraphs(aten.nodes, names, provenance);
+  const kernelSources = isObject(wire.kernel_sources) ? wire.kernel_sources : {};
+  // Interned tables are resolved into the graphs and kernels; the rest passes through.
+  const rest: Record<string, unknown> = { ...value };
+  delete rest.modules;
+  delete rest.locations;
+  delete rest.kernel_sources;
+  return {
+    ...(rest as unknown as Report),
+    title: typeof wire.title === 'string' ? wire.title : 'graph',
+    graphs: { captured: captured.graph, aten: aten.graph },
+    passes: passes.map((p, i) => {
+      const stats: Record<string, number> = isObject(p.stats) ? { ...p.stats } : {};
+      const error = typeof p.error === 'string' ? p.error : null;
+      if (error !== null) {
+        (stats as Record<string, unknown>).error = error; // where v1 kept it, and where the pass list shows it
+      }
+      return {
+        name: String(p.name),
+        enabled: Boolean(p.enabled),
+        modified: Boolean(p.modified),
+        seconds: typeof p.seconds === 'number' ? p.seconds : 0,
+        stats,
+        error,
+        graph_before: chain[i].before,
+        graph_after: chain[i].after
+      };
+    }),
+    kernels: list(wire.kernels).filter(isObject).map(k => decodeKernel(k as unknown as WireKernel, kernelSources, provenance)),
+    fallbacks: list(wire.fallbacks).filter(isObject).map(f => decodeFallback(f as unknown as WireFallback, provenance)),
+    timings: isObject(wire.timings) ? (wire.timings as unknown as Timings) : NO_TIMINGS
+  };
+}
+
+// ---- either ------------------------------------------------------------------------------------
+
+export function decodeReport(value: unknown): Report {
+  if (!isObject(value)) {
+    throw new Error('TorchFuser report is not an object');
+  }
+  const version = value.schema_version;
+  if (version === 1) {
+    return decodeReportV1(value);
+  }
+  if (version === 2) {
+    try {
+      return decodeReportV2(value);
+    } catch (error) {
+      if (error instanceof MalformedReport) {
+        throw new Error(`Malformed TorchFuser report (schema_version 2): ${error.message}`);
+      }
+      throw error;
+    }
+  }
+  throw unsupported(version);
+}
+
+/**
+ * Accepts the explorer bundle, or a bare report (wrapped into a one-report
+ * bundle), so a report saved by hand also renders.
+ */
+export function decodeBundle(value: unknown): Bundle {
+  if (isObject(value) && value.kind === BUNDLE_KIND) {
+    const version = value.schema_version ?? 1;
+    if (!(SUPPORTED_SCHEMA_VERSIONS as readonly unknown[]).includes(version)) {
+      throw unsupported(version);
+    }
+    const reports = list(value.reports).map(decodeReport);
+    const pipeline = list(value.pipeline).filter((p): p is string => typeof p === 'string');
+    return {
+      kind: BUNDLE_KIND,
+      schema_version: version as number,
+      pipeline: pipeline.length ? pipeline : pipelineOf(reports),
+      reports
+    };
+  }
+  if (isObject(value) && 'passes' in value) {
+    const report = decodeReport(value);
+    return { kind: BUNDLE_KIND, schema_version: report.schema_version, pipeline: pipelineOf([report]), reports: [report] };
+  }
+  throw new Error('Not a TorchFuser explorer bundle');
+}
+
+function pipelineOf(reports: Report[]): string[] {
+  return reports.length ? reports[0].passes.map(p => p.name) : [];
+}
