@@ -4,9 +4,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { decodeBundle } from '../view/decode';
+import { ExplorerView } from '../view/explorer_view';
+import { setLayoutEngine } from '../view/layout_engine';
 import type { Graph, Report } from '../view/schema';
 import { encodeV2 } from './encode_v2';
-import { loadFixture, loadRepoFixture } from './fixtures';
+import { loadFixture, loadRepoFixture, stubGraphviz } from './fixtures';
 
 const NODE_KEYS = ['id', 'op', 'target', 'label', 'shape', 'dtype', 'group', 'kernel', 'module', 'module_type', 'file', 'line', 'code'];
 /** What may differ between two compiles of one model: times, cache state, launch counts and their estimates. */
@@ -176,5 +178,23 @@ describe('refusing what it cannot read', () => {
     const noId = loadFixture('small_v2_bundle.json');
     noId.reports[0].graphs.aten.nodes[0].id = 5;
     expect(() => decodeBundle(noId)).toThrow(/graphs.aten: a node without a string id/);
+  });
+});
+
+describe('the old v1 report fixture (tests/fixtures/mlp_report.json, a bare report)', () => {
+  it('still decodes and renders', async () => {
+    setLayoutEngine(stubGraphviz);
+    try {
+      const view = new ExplorerView({ interactive: false });
+      document.body.appendChild(view.node);
+      view.setBundle(loadRepoFixture('mlp_report.json'));
+      await view.whenDrawn();
+      const drawn = Array.from(document.querySelectorAll('.jp-torchfuser-graph[data-side="after"] g.node.jp-torchfuser-kernel'));
+      expect(drawn.length).toBe(3);
+      expect(document.querySelector('.jp-torchfuser-error')!.textContent).toBe('');
+    } finally {
+      setLayoutEngine(null);
+      document.body.innerHTML = '';
+    }
   });
 });
