@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections import OrderedDict
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 from .cell_program import build_cell_program
 
 DEFAULT_TIMING_RUNS = 5
+WARM_PROGRAMS = 8  # compiled models kept, so showing one again (same passes) times it without recompiling
 
 
 def compiler() -> Any:
@@ -84,6 +86,37 @@ def fresh_entry(target: Callable, serial: int) -> Callable:
     return explore
 
 
+class WarmPrograms:
+    """The last WARM_PROGRAMS compiled models with their reports, by (model, disabled passes, device).
+
+    A compiled model stays correct for new inputs (Dynamo's guards recompile when they must), so showing it
+    again reuses its graphs and kernels. Entries hold their model (the compiled code does anyway); the oldest
+    go first."""
+
+    def __init__(self, size: int = WARM_PROGRAMS):
+        self.size = size
+        self._entries: OrderedDict[tuple, tuple[Callable, Callable, list]] = OrderedDict()
+
+    def get(self, target: Callable, key: tuple) -> tuple[Callable, list] | None:
+        found = self._entries.get((id(target), *key))
+        if found is None or found[0] is not target:
+            return None
+        self._entries.move_to_end((id(target), *key))
+        return found[1], found[2]
+
+    def put(self, target: Callable, key: tuple, compiled: Callable, reports: list) -> None:
+        self._entries[(id(target), *key)] = (target, compiled, reports)
+        self._entries.move_to_end((id(target), *key))
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+WARM = WarmPrograms()
+
+
 @dataclass
 class ModelProgram:
     """A model or function with example inputs, run for inference (under torch.no_grad)."""
@@ -93,16 +126,26 @@ class ModelProgram:
     timing_runs: int = DEFAULT_TIMING_RUNS
     outputs: object = None
     runs: int = 0
+    reused: bool = False  # the last run reused a compiled model (WARM) instead of compiling
 
     def run(self, disabled: Sequence[str]) -> list[Any]:
         core = compiler()
-        self.runs += 1
-        entry = fresh_entry(self.target, self.runs)
-        compiled = core.compile(entry, disable=tuple(disabled), device=self.device)
+        key = (tuple(sorted(disabled)), self.device)
+        warm = WARM.get(self.target, key)
+        if warm is not None:
+            compiled, previous = warm
+        else:
+            self.runs += 1
+            compiled = core.compile(fresh_entry(self.target, self.runs), disable=tuple(disabled), device=self.device)
+            previous = []
         with _no_grad():
             with core.collect_reports() as reports:
                 self.outputs = compiled(*self.inputs)
-            reports = list(reports)
+            reports = list(reports)  # none when the compiled model was reused and its guards held
+            WARM.put(self.target, key, compiled, reports or previous)
+            self.reused = not reports
+            if self.reused:
+                reports = [report.as_reused() for report in previous]
             if self.timing_runs:
                 eager = median_seconds(self.target, self.inputs, self.timing_runs)
                 record_timing(reports, eager, median_seconds(compiled, self.inputs, self.timing_runs, warmup=0))

@@ -26,7 +26,7 @@ from .programs import Program
 
 REPORT_MIME = "application/vnd.torchfuser.report+json"
 BUNDLE_KIND = "torchfuser.explorer"
-BUNDLE_SCHEMA_VERSION = 1
+BUNDLE_SCHEMA_VERSION = 2  # report.schema.json; the view reads 1 and 2
 FRONT_END_BUNDLE = Path(__file__).resolve().parent / "static" / "widget.js"
 USES_FALLBACK_VIEW = not FRONT_END_BUNDLE.is_file()
 
@@ -152,10 +152,12 @@ class ExplorerWidget(anywidget.AnyWidget):
         """Re-read the reports (launch counts and times grow as the compiled code keeps running)."""
         self.bundle = make_bundle(self._pipeline, self._reports)
         if USES_FALLBACK_VIEW:
-            self.static_html = self.to_html()
+            self.static_html = self.to_html(compact=True)
 
-    def to_html(self) -> str:
-        return render_html(self.bundle["reports"], title=self._title)
+    def to_html(self, compact: bool = False) -> str:
+        """The static page: every pass's graphs and kernel sources; compact (a notebook output): big graphs
+        by module and the kernel table only."""
+        return render_html(self.bundle["reports"], title=self._title, compact=compact)
 
     def save_html(self, path: str | Path) -> Path:
         path = Path(path)
@@ -194,6 +196,6 @@ class ExplorerWidget(anywidget.AnyWidget):
         data, metadata = shown if isinstance(shown, tuple) else (shown or {}, {})
         data = dict(data)
         data[REPORT_MIME] = self.bundle
-        data["text/html"] = self.to_html()
+        data["text/html"] = self.to_html(compact=True)  # saved in the notebook: bounded
         data["text/plain"] = self.summary()
         return data, metadata

@@ -25,7 +25,7 @@ from torchfuser.passes import run_pipeline
 from torchfuser.passes.base import unfused_reasons
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
 from torchfuser.report.memory import peak_intermediate_bytes
-from torchfuser.report.snapshot import GraphSnapshots, mark_fused_groups, snapshot_graph, target_name
+from torchfuser.report.snapshot import GraphSnapshots, fused_into, snapshot_graph, target_name
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
@@ -83,14 +83,14 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
     cl_device = get_device(options.device)
     aten_graph = snapshot_graph(gm)
     eager_peak = peak_intermediate_bytes(gm)
-    gm, records = run_pipeline(gm, options.disable, instruments=[GraphSnapshots()])
-    mark_fused_groups(aten_graph, gm)  # the aten graph shows where every final kernel came from
+    gm, records = run_pipeline(gm, options.disable, instruments=[GraphSnapshots(aten_graph)])
     passes_done = time.perf_counter()
     runtime = Runtime.for_device(cl_device) if cl_device is not None else None
     plan = Plan(gm, runtime, fallback_nodes={})
     report = CompileReport(title=title, device=cl_device.describe() if cl_device else None,
                            recompile_reason=recompile_reason,
-                           graphs={"captured": captured, "aten": aten_graph}, passes=records, plan=plan)
+                           graphs={"captured": captured, "aten": aten_graph}, passes=records, plan=plan,
+                           aten_fused_into=fused_into(aten_graph, gm))  # where every final kernel came from
     build_seconds = _prepare_kernels(gm, plan, report, options)
     report.fallbacks += _fallbacks(gm)
     report.timings.update(

@@ -18,6 +18,7 @@ def fake_core(monkeypatch):
 
     core = FakeCore()
     monkeypatch.setattr(explorer.programs, "compiler", lambda: core)
+    monkeypatch.setattr(explorer.programs, "WARM", explorer.programs.WarmPrograms())
     return core
 
 

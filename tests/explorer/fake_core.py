@@ -1,7 +1,7 @@
 """A stand-in for the torchfuser public API, for explorer tests that must not depend on OpenCL.
 
 It keeps the API's shape (compile, collect_reports, passes.PIPELINE, CompileReport.to_dict and
-record_timing) and the behaviour the explorer relies on: one report per captured graph, reports go
+record_timing, as_reused) and the behaviour the explorer relies on: one report per captured graph, reports go
 to every open collect_reports() list, and a kernel built once is a cache "hit" afterwards.
 """
 from __future__ import annotations
@@ -19,6 +19,12 @@ class FakeReport:
 
     def to_dict(self) -> dict:
         return copy.deepcopy(self._data)
+
+    def as_reused(self) -> "FakeReport":
+        data = copy.deepcopy(self._data)
+        for kernel in data["kernels"]:
+            kernel["cache"] = "hit"
+        return FakeReport(data)
 
     def record_timing(self, *, eager_seconds: float, compiled_seconds: float) -> None:
         self._data["timings"].update(eager_seconds=eager_seconds, compiled_seconds=compiled_seconds,

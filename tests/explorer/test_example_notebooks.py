@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import jsonschema
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -14,6 +15,7 @@ from nbclient import NotebookClient
 from explorer.widget import REPORT_MIME
 
 ROOT = Path(__file__).resolve().parents[2]
+REPORT_SCHEMA = json.loads((ROOT / "torchfuser" / "report" / "report.schema.json").read_text())
 NOTEBOOKS = ["01_quickstart.ipynb", "02_gpt2_block.ipynb", "03_write_a_pass.ipynb"]
 KERNEL_NAME = "torchfuser-tests"
 
@@ -53,8 +55,9 @@ def test_example_notebook_runs_and_shows_report_bundles(name, kernel_name, tmp_p
     assert shown, f"{name}: no output carries {REPORT_MIME}"
     for data in shown:
         bundle = data[REPORT_MIME]
-        assert bundle["kind"] == "torchfuser.explorer" and bundle["schema_version"] == 1
-        assert bundle["reports"] and all(r["schema_version"] == 1 for r in bundle["reports"])
+        assert bundle["kind"] == "torchfuser.explorer" and bundle["schema_version"] == 2
+        assert bundle["reports"]
+        jsonschema.validate(bundle, REPORT_SCHEMA, cls=jsonschema.Draft202012Validator)
         assert "application/vnd.jupyter.widget-view+json" in data
         assert data["text/html"].startswith("<!DOCTYPE html>")
         assert data["text/plain"].startswith("TorchFuser:")

@@ -58,7 +58,7 @@ def test_toggle_rerun_many_times_keeps_compiling_and_hits_the_kernel_cache():
         view.enabled_passes = without_gemm
         view.rerun()
         gemm = next(p for p in view.bundle["reports"][0]["passes"] if p["name"] == "fuse_gemm_epilogue")
-        assert gemm["enabled"] is False and gemm["graph_before"] is None
+        assert gemm["enabled"] is False and gemm["change"] is None
         view.enabled_passes = everything
         view.rerun()
         assert len(view.reports) == 1, f"round {round_number}: Dynamo stopped compiling"
@@ -77,7 +77,7 @@ def test_rerun_message_from_the_front_end_on_the_real_compiler():
 def test_hostile_module_name_from_a_real_model_is_only_text(tmp_path):
     view = explorer.show(HostileNames().eval(), torch.randn(4, 16), timing_runs=0)
     report = view.bundle["reports"][0]
-    modules = {n["module"] for p in report["passes"] if p["graph_before"] for n in p["graph_before"]["nodes"]}
+    modules = {path for path, _ in report["modules"]}
     assert any(HOSTILE in m for m in modules), modules  # the name really reached the report
     page = view.save_html(tmp_path / "hostile.html").read_text()
     assert HOSTILE not in page

@@ -27,7 +27,7 @@ def test_show_compiles_runs_and_records_eager_vs_compiled(fake_core):
                                                         / report["timings"]["compiled_seconds"])
     assert view.status == "idle"
     assert view.enabled_passes == PIPELINE
-    assert view.bundle["kind"] == "torchfuser.explorer" and view.bundle["schema_version"] == 1
+    assert view.bundle["kind"] == "torchfuser.explorer" and view.bundle["schema_version"] == 2
     assert view.bundle["pipeline"] == PIPELINE and view.bundle["reports"] == [report]
 
 
@@ -58,7 +58,19 @@ def test_toggle_and_rerun_from_python_recompiles_and_hits_the_cache(fake_core):
     view.enabled_passes = PIPELINE
     view.rerun()
     assert {k["cache"] for k in view.bundle["reports"][0]["kernels"]} == {"hit"}  # built by the first run
-    assert len(fake_core.compile_calls) == 3
+    assert len(fake_core.compile_calls) == 2  # the first configuration's compiled model is reused
+    assert view._program.reused
+
+
+def test_a_second_show_of_a_model_reuses_its_compiled_graphs_and_times_them_again(fake_core):
+    first = explorer.show(double, 1, timing_runs=2)
+    second = explorer.show(double, 1, timing_runs=2)
+    assert len(fake_core.compile_calls) == 1 and second._program.reused and second.outputs == 2
+    assert {k["cache"] for k in second.bundle["reports"][0]["kernels"]} == {"hit"}
+    assert {k["cache"] for k in first.bundle["reports"][0]["kernels"]} == {"miss"}  # the first view's report
+    assert second.bundle["reports"][0]["timings"]["compiled_seconds"] > 0
+    explorer.show(double, 1, disable=["fuse_pointwise"], timing_runs=0)  # other passes: compiled again
+    assert len(fake_core.compile_calls) == 2
 
 
 def test_front_end_rerun_message_updates_passes_and_bundle(fake_core):

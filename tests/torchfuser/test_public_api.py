@@ -103,13 +103,16 @@ def test_report_contract_and_live_counts():
         fn(x, y)
     report = torchfuser.last_report()
     d = json.loads(report.to_json())
-    assert d["schema_version"] == 1 and set(d) >= {"device", "passes", "kernels", "fallbacks", "timings", "graphs"}
+    assert d["schema_version"] == 2 and set(d) >= {"device", "passes", "kernels", "fallbacks", "timings", "graphs"}
     assert d["device"]["type"] in ("CPU", "GPU", "ACCELERATOR")
     for p in d["passes"]:
-        assert set(p) >= {"name", "enabled", "modified", "seconds", "stats", "graph_before", "graph_after"}
+        assert set(p) >= {"name", "enabled", "modified", "seconds", "stats", "error", "change"}
+    node = d["graphs"]["aten"]["nodes"][-2]
+    assert set(node) >= {"id", "op", "target", "shape", "dtype", "group", "inputs", "module", "location"}
+    assert "digraph" in report.to_dot("fuse_gemm_epilogue")
+    d = report.expanded()  # every pass's graphs in full, kernels with their source
     node = d["passes"][0]["graph_before"]["nodes"][-2]
     assert set(node) >= {"id", "op", "target", "shape", "dtype", "group", "module", "file", "line", "code"}
-    assert "digraph" in d["passes"][0]["graph_after"]["dot"]
     (kernel,) = d["kernels"]  # the * 2 joins the GEMM's epilogue
     assert "__kernel" in kernel["source"] and kernel["cache"] in ("hit", "miss", "disk")
     assert kernel["launches"] == 3 and kernel["mean_seconds"] > 0 and kernel["nodes"]

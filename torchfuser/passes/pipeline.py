@@ -78,10 +78,12 @@ class PassRecord:
     stats: dict = field(default_factory=dict)
     graph_before: dict | None = None  # filled by a snapshot instrument, when one runs
     graph_after: dict | None = None
+    fused_into: dict = field(default_factory=dict)  # node of graph_before -> group of the kernel absorbing it
 
 
 class Instrument(Protocol):
-    """Sees every enabled pass: before it runs and after it returned (hidet's PassInstrument)."""
+    """Sees every enabled pass: before it runs and after it returned (hidet's PassInstrument). An optional
+    `start()` is called when a pipeline run begins (again, after a pass failed)."""
 
     def before_pass(self, record: PassRecord, gm: fx.GraphModule) -> None: ...
 
@@ -125,6 +127,8 @@ def run_pipeline(gm: fx.GraphModule, disable=(), instruments=()) -> tuple[fx.Gra
 
 def _run(gm, disabled: set, instruments):
     records = []
+    for instrument in instruments:
+        getattr(instrument, "start", lambda: None)()
     for name in list(PIPELINE):
         record = PassRecord(name, enabled=name not in disabled)
         records.append(record)

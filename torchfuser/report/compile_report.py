@@ -8,13 +8,14 @@ time `to_dict()` is called.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from torchfuser.report.dot import graph_dot
 from torchfuser.report.html import render_html
 from torchfuser.report.snapshot import module_path, source_location
+from torchfuser.report.wire import (SCHEMA_VERSION, Interner, encode_fallback, encode_graph, encode_kernels,
+                                    encode_passes, expand_report, with_fused_groups)
 from torchfuser.version import __version__
-
-SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -58,7 +59,14 @@ class CompileReport:
     timings: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)  # peak intermediate bytes, fused and eager
     plan: object = None  # the running Plan: live launch counts and kernel times
+    aten_fused_into: dict = field(default_factory=dict)  # ATen node -> group of the final kernel absorbing it
     recompile_reason: str | None = None  # Dynamo's, when it compiled this frame before (a guard failed)
+
+    def as_reused(self) -> "CompileReport":
+        """This report as a later run sees it when it reuses the compiled graph (the explorer's warm show):
+        the same graphs and live plan, every kernel from the cache, its own timings."""
+        kernels = [replace(k, cache="hit", build_seconds=0.0) for k in self.kernels]
+        return replace(self, kernels=kernels, timings=dict(self.timings, build_seconds=0.0))
 
     def record_timing(self, eager_seconds: float | None = None, compiled_seconds: float | None = None) -> None:
         """Record measured medians (explorer, bench); speedup = eager / compiled."""
@@ -77,6 +85,7 @@ class CompileReport:
         }
 
     def to_dict(self) -> dict:
+        """The report as JSON-ready data, schema_version 2 (report.schema.json): graphs stored once."""
         live = self.kernel_seconds()
         kernels = []
         for k in self.kernels:
@@ -92,26 +101,47 @@ class CompileReport:
         timings["calls"] = getattr(self.plan, "calls", 0)
         timings.update(split_compiled_time(sum(k["seconds"] for k in kernels), timings["calls"],
                                            timings.get("compiled_seconds")))
+        interner = Interner()
+        graphs = {"captured": encode_graph(self.graphs.get("captured"), interner),
+                  "aten": encode_graph(self.graphs.get("aten"), interner, self.aten_fused_into)}
+        passes = encode_passes(self.passes, self.graphs.get("aten"), interner)
+        kernel_sources, kernels = encode_kernels(kernels, interner)
+        fallbacks = [encode_fallback(vars(f), interner) for f in self.fallbacks]
         return {
             "schema_version": SCHEMA_VERSION,
             "torchfuser_version": __version__,
             "title": self.title,
             "device": self.device,
-            "graphs": dict(self.graphs),
-            "passes": [
-                {
-                    "name": p.name, "enabled": p.enabled, "modified": p.modified, "seconds": p.seconds,
-                    "stats": dict(p.stats), "graph_before": p.graph_before, "graph_after": p.graph_after,
-                }
-                for p in self.passes
-            ],
+            "modules": interner.modules,
+            "locations": interner.locations,
+            "graphs": graphs,
+            "passes": passes,
+            "kernel_sources": kernel_sources,
             "kernels": kernels,
-            "fallbacks": [vars(f).copy() for f in self.fallbacks],
+            "fallbacks": fallbacks,
             "timings": timings,
             "memory": dict(self.memory),
             "dynamic": self.dynamic_sizes(),
             "recompile_reason": self.recompile_reason,
         }
+
+    def expanded(self) -> dict:
+        """to_dict() with every graph in full: each pass's graph before and after (wire.expand_report)."""
+        return expand_report(self.to_dict())
+
+    def to_dot(self, pass_name: str | None = None, side: str = "after") -> str:
+        """Graphviz DOT of the ATen graph (no pass_name), or of the graph before or after a pass."""
+        if pass_name is None:
+            return graph_dot(with_fused_groups(self.graphs["aten"], self.aten_fused_into))
+        record = next((p for p in self.passes if p.name == pass_name), None)
+        if record is None:
+            raise ValueError(f"no pass {pass_name!r} in this report; it has {[p.name for p in self.passes]}")
+        if side not in ("before", "after"):
+            raise ValueError(f"side must be 'before' or 'after', not {side!r}")
+        graph = record.graph_before if side == "before" else record.graph_after
+        if graph is None:
+            raise ValueError(f"pass {pass_name!r} did not run (disabled or failed): it has no graphs")
+        return graph_dot(with_fused_groups(graph, record.fused_into) if side == "before" else graph)
 
     def dynamic_sizes(self) -> dict | None:
         """The plan's symbols (sizes Dynamo made dynamic), their example values and the values it ran with."""

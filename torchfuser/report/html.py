@@ -12,9 +12,11 @@ import html
 import math
 from collections.abc import Iterable
 
-from torchfuser.report.svg import GraphDrawing, draw_graphs
+from torchfuser.report.svg import NOTEBOOK_GRAPH_NODE_LIMIT, SAVED_PAGE_NODE_LIMIT, GraphDrawing, draw_graphs
+from torchfuser.report.wire import expand_report
 
-SUPPORTED_SCHEMA_VERSION = 1
+COMPACT_NODE_BUDGET = 300  # nodes drawn over all of a report's graphs in a notebook output
+
 MAX_PROVENANCE_LINES = 3  # per kernel row; a fused layer can cover dozens of source lines
 CACHE_CLASSES = {"hit": "tf-cache-hit", "miss": "tf-cache-miss", "disk": "tf-cache-disk"}
 
@@ -110,7 +112,7 @@ def _count(n: int, noun: str) -> str:
 def render_text(reports: list[dict]) -> str:
     """A few plain lines: passes, kernels with cache status, fallbacks, speedup (the text/plain view)."""
     lines = [f"TorchFuser: {_count(len(reports), 'compiled graph')}"]
-    for report in reports:
+    for report in reports:  # (every field read here is the same in schema versions 1 and 2)
         passes = report.get("passes") or []
         on = [p.get("name", "?") + ("*" if p.get("modified") else "") for p in passes if p.get("enabled")]
         off = [p.get("name", "?") for p in passes if not p.get("enabled")]
@@ -228,6 +230,8 @@ def _passes_section(report: dict) -> str:
     for index, p in enumerate(report.get("passes") or [], start=1):
         enabled = bool(p.get("enabled"))
         status = ("changed" if p.get("modified") else "no change") if enabled else "disabled"
+        if p.get("error"):  # schema 2 (version 1 kept it in stats)
+            status = f"failed: {p['error']}"
         name = _text(p.get("name")) if enabled else f'<span class="tf-off">{_text(p.get("name"))}</span>'
         rows.append([str(index), name, _text(status), _text(format_seconds(p.get("seconds")) if enabled else "—"),
                      _text(_stats_text(p.get("stats")))])
@@ -248,10 +252,26 @@ def _drawing_html(caption: str, drawing: GraphDrawing) -> str:
     return "".join(parts)
 
 
-def _graph_slots(report: dict) -> list[tuple[str, list[tuple[str, dict]], bool]]:
+def _graph_sizes(report: dict) -> list[int]:
+    graphs = [*(report.get("graphs") or {}).values()]
+    graphs += [g for p in report.get("passes") or [] for g in (p.get("graph_before"), p.get("graph_after"))]
+    return [len(g.get("nodes") or []) for g in graphs if g]
+
+
+def _is_compact(report: dict, compact: bool) -> bool:
+    """A notebook output (compact) of a report with many nodes to draw shows only the compiled graph (by
+    module if big) and the kernel table: drawn SVG costs about a kilobyte per node, saved in the notebook."""
+    return compact and sum(_graph_sizes(report)) > COMPACT_NODE_BUDGET
+
+
+def _graph_slots(report: dict, compact: bool) -> list[tuple[str, list[tuple[str, dict]], bool]]:
     """(summary line, [(caption, GRAPH)], open?) for every graph block of one report, in page order."""
     slots = []
     graphs = report.get("graphs") or {}
+    if _is_compact(report, compact):
+        ran = [p for p in report.get("passes") or [] if p.get("graph_after")]
+        final = ran[-1]["graph_after"] if ran else graphs.get("aten")
+        return [("the compiled graph", [("after all passes", final)], True)] if final else []
     first_change = True
     for p in report.get("passes") or []:
         name = str(p.get("name"))
@@ -270,17 +290,22 @@ def _graph_slots(report: dict) -> list[tuple[str, list[tuple[str, dict]], bool]]
     return slots
 
 
-def _graphs_section(slots: list, drawings: Iterable[GraphDrawing]) -> str:
+COMPACT_NOTE = ("Only the compiled graph is drawn here (by module when big). The explorer view draws every "
+                "pass's graphs and kernel sources; view.save_html(path) writes them all to a page.")
+
+
+def _graphs_section(slots: list, drawings: Iterable[GraphDrawing], compact: bool = False) -> str:
     drawings = iter(drawings)
     blocks = []
     for summary, captioned, is_open in slots:
         sides = "".join(_drawing_html(caption, next(drawings)) for caption, _ in captioned)
         body = f'<div class="tf-sides">{sides}</div>' if sides else '<p class="tf-note">Nothing to show.</p>'
         blocks.append(f"<details{' open' if is_open else ''}><summary>{_text(summary)}</summary>{body}</details>")
-    return "<h3>Graphs</h3>" + "".join(blocks)
+    note = f'<p class="tf-note">{_text(COMPACT_NOTE)}</p>' if compact else ""
+    return "<h3>Graphs</h3>" + note + "".join(blocks)
 
 
-def _kernels_section(report: dict) -> str:
+def _kernels_section(report: dict, sources: bool = True) -> str:
     kernels = report.get("kernels") or []
     if not kernels:
         return '<h3>Kernels</h3><p class="tf-note">No OpenCL kernels.</p>'
@@ -299,7 +324,7 @@ def _kernels_section(report: dict) -> str:
     # Equal specs share one OpenCL kernel (and name); "fused node" tells the uses apart in the graphs.
     table = _table(["kernel", "fused node", "kind", "group", "cache", "lane", "build", "launches", "mean time",
                     "total time", "from"], rows, numeric={3, 6, 7, 8, 9})
-    return "<h3>Kernels</h3>" + table + _kernel_sources(kernels)
+    return "<h3>Kernels</h3>" + table + (_kernel_sources(kernels) if sources else "")
 
 
 LANE_MEANINGS = {"inline": "in the calling thread", "threaded": "on the device's worker threads"}
@@ -349,29 +374,44 @@ def _fallbacks_section(report: dict) -> str:
             + _table(["op", "node", "module", "where", "code", "reason"], rows))
 
 
-def _report_section(index: int, report: dict, slots: list, drawings: list[GraphDrawing]) -> str:
+def _report_section(index: int, report: dict, slots: list, drawings: list[GraphDrawing], compact: bool,
+                    warning: str) -> str:
     parts = [f'<section class="tf-graph-report" id="tf-report-{index}">',
              f"<h2>{index + 1}. {_text(report.get('title') or 'compiled graph')}</h2>"]
-    version = report.get("schema_version")
-    if version != SUPPORTED_SCHEMA_VERSION:
-        parts.append(f'<p class="tf-warning">This page was written for report schema '
-                     f"{SUPPORTED_SCHEMA_VERSION}; this report says {_text(version)}.</p>")
+    if warning:
+        parts.append(f'<p class="tf-warning">{_text(warning)}</p>')
     parts += [_device_line(report), _timing_section(report), _passes_section(report),
-              _graphs_section(slots, drawings), _kernels_section(report), _fallbacks_section(report), "</section>"]
+              _graphs_section(slots, drawings, compact), _kernels_section(report, sources=not compact),
+              _fallbacks_section(report), "</section>"]
     return "".join(parts)
 
 
-def render_html(reports: list[dict], *, title: str | None = None) -> str:
-    """A complete HTML document for one or more CompileReport dicts (schema in report/schema.md)."""
-    reports = list(reports)
+def _readable(report: dict) -> tuple[dict, str]:
+    """(the report with its graphs in full, a warning when its schema version is not one this code reads)."""
+    try:
+        return expand_report(report), ""
+    except (ValueError, KeyError, TypeError, IndexError) as error:
+        return report, f"This page may be incomplete: {error}"
+
+
+def render_html(reports: list[dict], *, title: str | None = None, compact: bool = False) -> str:
+    """A complete HTML document for one or more CompileReport dicts (either schema version, report.schema.json).
+
+    compact (a notebook output): a report with a big graph shows the graph after all passes by module and the
+    kernel table, without the per-pass graphs and kernel sources (the live view and save_html have them).
+    Otherwise every graph is drawn, in full up to SAVED_PAGE_NODE_LIMIT nodes."""
+    read = [_readable(r) for r in reports]
+    reports = [report for report, _ in read]
     title = title or (reports[0].get("title") if len(reports) == 1 else None) or "TorchFuser compile report"
-    slots_per_report = [_graph_slots(r) for r in reports]
+    slots_per_report = [_graph_slots(r, compact) for r in reports]
     graphs = [g for slots in slots_per_report for _, captioned, _ in slots for _, g in captioned]
-    drawings = iter(draw_graphs(graphs))  # all reports at once: one parallel batch of `dot` runs
+    # all reports at once: one parallel batch of `dot` runs
+    drawings = iter(draw_graphs(graphs, NOTEBOOK_GRAPH_NODE_LIMIT if compact else SAVED_PAGE_NODE_LIMIT))
     sections = []
-    for index, (report, slots) in enumerate(zip(reports, slots_per_report)):
+    for index, ((report, warning), slots) in enumerate(zip(read, slots_per_report)):
         count = sum(len(captioned) for _, captioned, _ in slots)
-        sections.append(_report_section(index, report, slots, [next(drawings) for _ in range(count)]))
+        sections.append(_report_section(index, report, slots, [next(drawings) for _ in range(count)],
+                                        _is_compact(report, compact), warning))
     if not reports:
         sections.append('<p class="tf-note">No graphs were compiled.</p>')
     summary = f'<pre class="tf-summary">{_text(render_text(reports))}</pre>' if reports else ""

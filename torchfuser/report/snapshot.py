@@ -1,8 +1,8 @@
-"""FX graph → the report's GRAPH dict: nodes with provenance, edges, module groups and Graphviz DOT.
+"""FX graph → the report's GRAPH dict (expanded form): nodes with provenance and inputs, edges, module groups.
 
-See schema.md. Fused groups get one colour, the same on the before and after side of a pass;
-fused kernel nodes carry the DOT class `jp-torchfuser-kernel`. Everything from user code (module paths,
-source lines) is data here; DOT quoting keeps it inert in the SVG that Graphviz writes.
+Fused groups get one colour, the same on the before and after side of a pass (`fused_into`). Everything from
+user code (module paths, source lines) is data here. wire.py encodes these for the report's JSON; dot.py
+draws them.
 """
 
 from __future__ import annotations
@@ -16,19 +16,11 @@ from torchfuser.ir.dtypes import DTYPE_NAMES
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.symbolic import text as symbolic_text
 
-GROUP_COLOURS = (
-    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
-    "#bc80bd", "#ccebc5", "#ffed6f", "#a6cee3",
-)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _LOCAL_ROOT = re.compile(r"^(?:L\['[^']*'\]|L__self__)\.?")  # the compiled function's own argument
 _GLOBAL_ROOT = re.compile(r"^G\['([^']*)'\]")
 _GETATTR = re.compile(r"getattr\(([^()]*), '([^']*)'\)")
 _INDEX = re.compile(r"\[(?:'([^']*)'|(\d+))\]")
-
-
-def group_colour(group: int) -> str:
-    return GROUP_COLOURS[group % len(GROUP_COLOURS)]
 
 
 def module_path(nn_module_stack) -> tuple[str, str]:
@@ -96,77 +88,38 @@ def snapshot_graph(gm: fx.GraphModule) -> dict:
             "module": module,
             "module_type": module_type,
             **source_location(node.meta.get("stack_trace")),
+            "inputs": [inp.name for inp in node.all_input_nodes],
         })
         edges += [[inp.name, node.name] for inp in node.all_input_nodes]
         modules.setdefault(module, []).append(node.name)
-    graph = {"nodes": nodes, "edges": edges, "modules": modules}
-    graph["dot"] = graph_dot(graph)
-    return graph
+    return {"nodes": nodes, "edges": edges, "modules": modules}
 
 
-def mark_fused_groups(before: dict, gm_after: fx.GraphModule) -> None:
-    """Colour the nodes of `before` that a pass fused with the group of the kernel that absorbed them."""
-    group_of = {}
-    for node in gm_after.graph.nodes:
-        if isinstance(node.target, FusedKernel):
-            for name in node.meta.get("torchfuser_covers", ()):
-                group_of[name] = node.target.group
-    if not group_of:
-        return
-    for entry in before["nodes"]:
-        if entry["id"] in group_of:
-            entry["group"] = group_of[entry["id"]]
-    before["dot"] = graph_dot(before)
-
-
-def _quote(text) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _tooltip(node: dict) -> str:
-    parts = [node["target"]]
-    if node["shape"] is not None:
-        parts.append(f"{node['dtype']}{node['shape']}")
-    if node["module"]:
-        parts.append(f"module {node['module']} ({node['module_type']})")
-    if node["file"]:
-        parts.append(f"{node['file']}:{node['line']}" + (f"  {node['code']}" if node["code"] else ""))
-    return "\n".join(parts)
-
-
-def graph_dot(graph: dict) -> str:
-    lines = [
-        "digraph G {",
-        '  graph [rankdir=TB, nodesep=0.25, ranksep=0.3, fontname="Helvetica"];',
-        '  node [shape=box, style="rounded,filled", fillcolor="#f5f5f5", fontname="Helvetica", fontsize=10, '
-        "height=0.3, margin=\"0.08,0.04\"];",
-        "  edge [arrowsize=0.6];",
-    ]
-    for node in graph["nodes"]:
-        label = node["label"] + (f"\n{node['shape']}" if node["shape"] is not None else "")
-        attrs = [f"id={_quote(node['id'])}", f"label={_quote(label)}", f"tooltip={_quote(_tooltip(node))}"]
-        if node["group"] is not None:
-            attrs.append(f"fillcolor={_quote(group_colour(node['group']))}")
-        if node["kernel"]:
-            attrs += ['class="jp-torchfuser-kernel"', "penwidth=2", "shape=box3d"]
-        elif node["op"] in ("placeholder", "output"):
-            attrs.append("shape=ellipse")
-        lines.append(f"  {_quote(node['id'])} [{', '.join(attrs)}];")
-    lines += [f"  {_quote(a)} -> {_quote(b)};" for a, b in graph["edges"]]
-    lines.append("}")
-    return "\n".join(lines)
+def fused_into(graph: dict, gm_after: fx.GraphModule) -> dict[str, int]:
+    """Node id of `graph` -> the group of the fused kernel in `gm_after` that absorbed it (drawn instead of
+    the node's own group, so a fused group has one colour before and after)."""
+    ids = {entry["id"] for entry in graph["nodes"]}
+    return {name: node.target.group for node in gm_after.graph.nodes if isinstance(node.target, FusedKernel)
+            for name in node.meta.get("torchfuser_covers", ()) if name in ids}
 
 
 class GraphSnapshots:
-    """A pass-pipeline instrument: the graph before and after every pass, fused groups coloured alike on
-    both sides, stored on the pass's record for the report."""
+    """A pass-pipeline instrument: the graph after every pass, and which kernel absorbed each node of the
+    graph before it, stored on the pass's record for the report. A pass's graph before is the graph after
+    the pass that ran before it (one snapshot, shared)."""
 
-    def __init__(self):
-        self._before: dict | None = None
+    def __init__(self, first: dict | None = None):
+        self._first = first  # a snapshot of the graph the pipeline starts from, when the caller took one
+        self._last = first
+
+    def start(self) -> None:
+        self._last = self._first
 
     def before_pass(self, record, gm: fx.GraphModule) -> None:
-        self._before = snapshot_graph(gm)
+        if self._last is None:
+            self._last = snapshot_graph(gm)
 
     def after_pass(self, record, gm: fx.GraphModule) -> None:
-        mark_fused_groups(self._before, gm)
-        record.graph_before, record.graph_after = self._before, snapshot_graph(gm)
+        record.graph_before, record.graph_after = self._last, snapshot_graph(gm)
+        record.fused_into = fused_into(self._last, gm)
+        self._last = record.graph_after

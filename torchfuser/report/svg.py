@@ -6,9 +6,10 @@ an allow-list of drawing elements and attributes (no script, foreignObject, imag
 external links) and re-serialised, so nothing in it can become live markup in the page. Node ids,
 classes (`jp-torchfuser-kernel`) and tooltips (`xlink:title`) survive that.
 
-Graphs with more than FULL_GRAPH_NODE_LIMIT nodes are drawn as a module overview (one box per
-module path, cut at the depth that keeps at most OVERVIEW_MAX_BOXES boxes): `dot` needs ~2 s and
-~1.5 MB of SVG for a 2,000-node chain, which is too slow and too big for a notebook output.
+Graphs with more than `node_limit` nodes are drawn as a module overview (one box per module path, cut at
+the depth that keeps at most OVERVIEW_MAX_BOXES boxes): `dot` needs seconds and about a kilobyte of SVG per
+node, too slow and too big for a notebook output (NOTEBOOK_GRAPH_NODE_LIMIT). A saved page (save_html)
+draws graphs up to SAVED_PAGE_NODE_LIMIT nodes in full.
 """
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from dataclasses import dataclass
 
 import graphviz
 
-FULL_GRAPH_NODE_LIMIT = 400
+from torchfuser.report.dot import dot_quote, graph_dot
+
+NOTEBOOK_GRAPH_NODE_LIMIT = 150
+SAVED_PAGE_NODE_LIMIT = 3000
 OVERVIEW_MAX_BOXES = 60
 NO_DOT_NOTE = "Graphviz `dot` is not on PATH: graphs are shown as DOT text."
 
@@ -45,11 +49,6 @@ class GraphDrawing:
 
 def dot_available() -> bool:
     return shutil.which("dot") is not None
-
-
-def dot_quote(text: object) -> str:
-    """A DOT double-quoted string; backslash first so `\\N`-style escapes in user text stay literal."""
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _local_name(tag: str) -> str:
@@ -172,19 +171,19 @@ def module_overview_dot(graph: dict, max_boxes: int = OVERVIEW_MAX_BOXES) -> tup
     return "\n".join(lines), depth
 
 
-def _plan(graph: dict) -> tuple[str, str]:
+def _plan(graph: dict, node_limit: int) -> tuple[str, str]:
     """(DOT to draw, note) for one GRAPH."""
     node_count = len(graph.get("nodes", []))
-    if node_count > FULL_GRAPH_NODE_LIMIT:
+    if node_count > node_limit:
         dot_text, depth = module_overview_dot(graph)
         return dot_text, (f"{node_count} nodes: too many to draw here, so this is a module overview "
                           f"(module paths cut at depth {depth}). The explorer view draws every node.")
-    return graph.get("dot") or "", ""
+    return graph.get("dot") or graph_dot(graph), ""  # v1 reports carried their DOT
 
 
-def draw_graphs(graphs: list[dict]) -> list[GraphDrawing]:
+def draw_graphs(graphs: list[dict], node_limit: int) -> list[GraphDrawing]:
     """Draw many GRAPHs at once; distinct layouts run in parallel `dot` processes."""
-    plans = [_plan(g) for g in graphs]
+    plans = [_plan(g, node_limit) for g in graphs]
     if not dot_available():
         return [GraphDrawing(svg=None, dot=dot_text or None, note=f"{NO_DOT_NOTE} {note}".strip())
                 for dot_text, note in plans]

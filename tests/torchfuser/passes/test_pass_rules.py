@@ -12,6 +12,7 @@ from torch.fx.passes.infra.pass_base import PassResult as FxPassResult
 from torch.fx.passes.infra.pass_manager import PassManager
 from torchfuser.passes import PIPELINE, PassResult, register_pass, run_pipeline, unregister_pass
 from torchfuser.passes.eliminate_dead_code import eliminate_dead_code
+from torchfuser.report.dot import graph_dot
 from torchfuser.passes.fuse_gemm_epilogue import fuse_gemm_epilogue
 from torchfuser.passes.fuse_pointwise import fuse_pointwise
 from torchfuser.report.snapshot import GraphSnapshots
@@ -95,11 +96,11 @@ def test_pipeline_records_every_pass_with_snapshots_and_counts():
     assert not by_name["eliminate_dead_code"].enabled and by_name["eliminate_dead_code"].graph_before is None
     gemm = by_name["fuse_gemm_epilogue"]
     assert gemm.enabled and gemm.modified and gemm.seconds > 0
-    before_groups = {n["id"]: n["group"] for n in gemm.graph_before["nodes"]}
+    before_groups = {n["id"]: gemm.fused_into.get(n["id"], n["group"]) for n in gemm.graph_before["nodes"]}
     after_kernels = [n for n in gemm.graph_after["nodes"] if n["kernel"]]
     assert {n["group"] for n in after_kernels} == {0, 1}
     assert before_groups["gelu"] == before_groups["addmm"]  # fused together: one colour before and after
-    assert 'class="jp-torchfuser-kernel"' in gemm.graph_after["dot"]
+    assert 'class="jp-torchfuser-kernel"' in graph_dot(gemm.graph_after)
 
 
 def test_the_runner_renders_nothing_itself_and_instruments_see_every_enabled_pass():
