@@ -1,4 +1,4 @@
-"""What a compile did, for people: the CompileReport (versioned JSON, schema.md), graph snapshots, static HTML.
+"""What a compile did, for people: the CompileReport (versioned JSON: report.schema.json, schema.md), graph snapshots, static HTML.
 
 The report is the only thing the explorer reads; the compiler fills it and imports nothing above it.
 """

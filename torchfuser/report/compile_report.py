@@ -1,4 +1,4 @@
-"""CompileReport: what one compile did, as versioned JSON (see schema.md) and static HTML.
+"""CompileReport: what one compile did, as versioned JSON (report.schema.json, schema.md) and static HTML.
 
 The report is the only thing the explorer reads. It is filled by the compiler (passes, kernels, fallbacks,
 compile timings) and stays live: launch counts and profiled kernel times come from the running plan each

@@ -51,6 +51,7 @@ def build_quietly(program, devices: list, options: str = BUILD_OPTIONS):
                 logger.debug("OpenCL compiler output on %s: %s", device.name, log[:4000])
     return program
 
+
 class KernelBuildError(RuntimeError):
     """The OpenCL compiler rejected a generated kernel; carries its name and build log."""
 
