@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import torch
@@ -74,23 +75,38 @@ def test_with_a_caching_driver_the_entry_records_the_build_and_the_driver_keeps_
     assert entry.stat().st_size > 200 and run_child(ours, 1.375)[0] == "disk"
 
 
-def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path):
-    run_child(tmp_path, 2.5)
+def compile_in_this_process(constant):
+    """Like the child: a pointwise kernel unique to `constant`, after forgetting the in-memory cache (so the
+    lookup goes to disk, as in a new process). (cache status, warning messages)."""
+    torchfuser.clear_cache()
+    torch._dynamo.reset()  # the lambda's code object is the same each time: Dynamo would reuse its graph
+    fn = torchfuser.compile(lambda x: torch.sigmoid(x) * constant + 1)
+    x = torch.linspace(-3, 3, 1001)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(fn(x), torch.sigmoid(x) * constant + 1)
+    return torchfuser.last_report().kernels[0].cache, " | ".join(str(w.message) for w in caught)
+
+
+def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    assert compile_in_this_process(2.5)[0] == "miss"
     (entry,) = entries(tmp_path)
     data = bytearray(entry.read_bytes())
     data[len(data) // 2] ^= 0xFF
     entry.write_bytes(bytes(data))
-    status, warnings = run_child(tmp_path, 2.5)
-    assert status == "miss" and "damaged kernel cache entry" in warnings
-    assert run_child(tmp_path, 2.5)[0] == "disk"  # rewritten whole
+    status, caught = compile_in_this_process(2.5)
+    assert status == "miss" and "damaged kernel cache entry" in caught
+    assert compile_in_this_process(2.5)[0] == "disk"  # rewritten whole
 
 
-def test_a_truncated_entry_is_rebuilt(tmp_path):
-    run_child(tmp_path, 3.5)
+def test_a_truncated_entry_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    compile_in_this_process(3.5)
     (entry,) = entries(tmp_path)
     entry.write_bytes(entry.read_bytes()[:10])
-    status, warnings = run_child(tmp_path, 3.5)
-    assert status == "miss" and "damaged" in warnings
+    status, caught = compile_in_this_process(3.5)
+    assert status == "miss" and "damaged" in caught
 
 
 def test_concurrent_processes_share_one_cache_dir(tmp_path):
