@@ -131,7 +131,7 @@ def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, indu
     kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
     for report in reports:
         calls = max(1, report.plan.calls - first_call[id(report.plan)]) if report.plan is not None else 1
-        for k in report.to_dict()["kernels"]:
+        for k in report.expanded()["kernels"]:  # with provenance resolved (sources as dicts)
             if k["mean_seconds"] is not None:
                 kernels.append({"name": k["name"], "kind": k["kind"], "per_call": k["seconds"] / calls,
                                 "variant": (k["tuning"] or {}).get("winner"), "fuses": _fuses(k)})
