@@ -48,6 +48,20 @@ def test_generate_matches_eager_with_one_plan_per_phase(family):
     assert sum(run["calls"] for d in decode for run in d["runs"]) >= 3 * (NEW_TOKENS - 2)
 
 
+def test_generate_compiled_with_dynamic_true_compiles_two_graphs_for_every_prompt():
+    torch.manual_seed(0)
+    model = FAMILIES["gpt2"]().eval()
+    prompts = [torch.randint(1, 128, (1, n)) for n in (9, 14, 5)]
+    with torch.no_grad():
+        expected = [generate(model, ids) for ids in prompts]
+        model.forward = torch.compile(model.forward, backend="torchfuser", dynamic=True)
+        with torchfuser.collect_reports() as reports:
+            for ids, tokens in zip(prompts, expected):
+                assert torch.equal(generate(model, ids), tokens)
+                assert len(reports) == 2, [r.title for r in reports]  # prefill and decode, symbolic from the start
+    assert all(r.to_dict()["dynamic"] for r in reports)
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_generate_with_the_static_cache(family):
     torch.manual_seed(0)

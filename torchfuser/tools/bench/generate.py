@@ -2,8 +2,9 @@
 runs it (greedy, batch 1, the default dynamic KV cache, `model.forward = torch.compile(model.forward, ...)`).
 
 Per model (GPT-2 and LLaMA, 4 layers x 512, random weights, default vocabularies) and per way (eager, inductor,
-torchfuser): the first generate's time (compiles included), the graphs compiled by then and after a second
-prompt of another length, steady tokens/s (interleaved rounds of whole generates, order rotated), and whether
+torchfuser, and torchfuser with dynamic=True, which makes the sequence lengths symbolic from the first compile):
+the first generate's time (compiles included), the graphs compiled by then and after a second prompt of another
+length, steady tokens/s (interleaved rounds of whole generates, order rotated), and whether
 the tokens equal eager's. Then the cost of dynamic shapes: one decode step at a fixed cache length through a
 plan compiled for that shape (dynamic=False) and through the symbolic plan (dynamic=True), timed side by side.
 """
@@ -20,7 +21,7 @@ from torchfuser.runtime.timing import interleaved_medians
 
 NEW_TOKENS = 32
 PROMPTS = (12, 19)  # the first generate's prompt length, then another
-WAYS = ("eager", "inductor", "torchfuser")
+WAYS = ("eager", "inductor", "torchfuser", "torchfuser dynamic")  # the last: compiled with dynamic=True
 
 
 def _model(name: str):
@@ -63,8 +64,8 @@ def generate_row(name: str, repeats: int, inductor: bool) -> dict:
         model = copy.deepcopy(base) if way != "eager" else base
         counter = None
         if way != "eager":
-            counter = _CountingBackend(way)
-            model.forward = torch.compile(model.forward, backend=counter)
+            counter = _CountingBackend(way.split()[0])
+            model.forward = torch.compile(model.forward, backend=counter, dynamic=way.endswith("dynamic") or None)
         started = time.perf_counter()
         tokens = _generate(model, prompts[0])
         first[way] = time.perf_counter() - started
@@ -111,13 +112,13 @@ def format_generate(rows: list[dict], copy_bandwidth: float | None) -> str:
     """copy_bandwidth: the copy ceiling in bytes/s (read + write counted, as the latency rows use it); a decode step
     reads every weight once, so copy_bandwidth / weight bytes bounds tokens/s (prefill and the host's work per
     token come on top)."""
-    lines = [f"{'generate (32 new tokens)':<26}{'way':<12}{'first s':>9}{'graphs':>8}{'+2nd prompt':>12}"
+    lines = [f"{'generate (32 new tokens)':<26}{'way':<20}{'first s':>9}{'graphs':>8}{'+2nd prompt':>12}"
              f"{'tokens/s':>10}{'x eager':>9}  same tokens"]
     for row in rows:
         eager = row["tokens_per_second"]["eager"]
         for way, rate in row["tokens_per_second"].items():
             graphs = row["graphs"][way]
-            lines.append(f"{row['name'] + ' 4x512':<26}{way:<12}{row['first'][way]:>9.2f}{graphs[0]:>8}"
+            lines.append(f"{row['name'] + ' 4x512':<26}{way:<20}{row['first'][way]:>9.2f}{graphs[0]:>8}"
                          f"{graphs[1] - graphs[0]:>+12}{rate:>10.1f}{rate / eager:>9.2f}  {row['same'][way]}")
         if copy_bandwidth:
             lines.append(f"{'':<26}bound: {row['weight_bytes'] / 1e6:.0f} MB of weights read per token at the copy "
