@@ -7,6 +7,8 @@ explorer widget only sees `run(disabled) -> list[CompileReport]`.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import keyword
 import statistics
 import time
 from collections import OrderedDict
@@ -70,16 +72,37 @@ def _no_grad() -> contextlib.AbstractContextManager:
     return torch.no_grad()
 
 
-def fresh_entry(target: Callable, serial: int) -> Callable:
-    """`target(*args)` behind a new code object.
+def argument_names(target: Callable, count: int) -> list[str] | None:
+    """The names of `target`'s first `count` positional parameters, or None when they are not plain ones."""
+    function = getattr(target, "forward", target)  # a module's __call__ takes (*args, **kwargs)
+    try:
+        parameters = list(inspect.signature(function).parameters.values())[:count]
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in parameters]
+    if len(names) != count or any(p.kind not in positional for p in parameters) or "target" in names:
+        return None
+    return names if all(n.isidentifier() and not keyword.iskeyword(n) for n in names) else None
+
+
+def fresh_entry(target: Callable, serial: int, count: int | None = None) -> Callable:
+    """`target(*args)` behind a new code object; with `count`, its parameters take the names of target's
+    first `count` parameters (so the report names the inputs `x`, `input_ids`, not `args.0`).
 
     Dynamo keeps its compiled code per code object and gives up after `recompile_limit` (8)
     entries; every re-run compiles with another backend, so re-running `target` itself would
     silently fall back to eager after a few toggles. Dynamo starts at this wrapper's fresh code
     and inlines the model, so each run starts with an empty cache.
     """
-    def explore(*args):
-        return target(*args)
+    names = argument_names(target, count) if count else None
+    if names:  # identifiers checked above: the wrapper is `def explore(x, y): return target(x, y)`
+        namespace = {"target": target}
+        exec(f"def explore({', '.join(names)}):\n    return target({', '.join(names)})\n", namespace)
+        explore = namespace["explore"]
+    else:
+        def explore(*args):
+            return target(*args)
 
     explore.__code__ = explore.__code__.replace(co_name=f"explore_{serial}")
     explore.__name__ = getattr(target, "__name__", None) or type(target).__name__  # the report's title
@@ -136,7 +159,8 @@ class ModelProgram:
             compiled, previous = warm
         else:
             self.runs += 1
-            compiled = core.compile(fresh_entry(self.target, self.runs), disable=tuple(disabled), device=self.device)
+            entry = fresh_entry(self.target, self.runs, len(self.inputs))
+            compiled = core.compile(entry, disable=tuple(disabled), device=self.device)
             previous = []
         with _no_grad():
             with core.collect_reports() as reports:

@@ -24,6 +24,7 @@ from torch.func import functionalize
 from torch.nn.utils.stateless import _reparametrize_module
 
 from torchfuser.driver import compile_aten_graph
+from torchfuser.frontend.input_names import name_dynamo_inputs, name_inputs
 from torchfuser.ir.aten import WEIGHT
 from torchfuser.options import Options
 from torchfuser.passes import kept_ops
@@ -60,10 +61,12 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph", fa
     inputs to trace with instead of example_inputs (symbolic_inputs: one plan for every size; inference);
     recompile_reason: why Dynamo compiles this frame again, for the report."""
     started = time.perf_counter()
+    input_names = name_dynamo_inputs(gm)
     captured = snapshot_graph(gm)
     if not needs_autograd(example_inputs):
         state = module_state(gm)
         aten_gm = lower_for_inference(gm, state, example_inputs, fakes)
+        name_inputs(aten_gm, [*state, *input_names])
         compiled = compile_aten_graph(aten_gm, options, title=f"{title} forward", captured=captured, started=started,
                                       recompile_reason=recompile_reason)
         run, lifted = compiled.plan.run, list(state.values())
@@ -76,6 +79,8 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph", fa
 
     def compiler_for(kind):
         def compile_graph(aten_gm, aten_inputs):
+            if kind == "forward":  # its inputs: the lifted module state, then the graph's
+                name_inputs(aten_gm, [*module_state(gm), *input_names])
             compiled = compile_aten_graph(aten_gm, options, title=f"{title} {kind}", captured=captured,
                                           started=started, recompile_reason=recompile_reason)
             run = compiled.plan.run

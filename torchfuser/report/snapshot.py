@@ -12,6 +12,7 @@ import re
 import torch
 import torch.fx as fx
 
+from torchfuser.frontend.input_names import INPUT_NAME
 from torchfuser.ir.dtypes import DTYPE_NAMES
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.symbolic import text as symbolic_text
@@ -66,7 +67,9 @@ def _short(node: fx.Node) -> str:
         return node.target.__name__
     if isinstance(node.target, torch._ops.OpOverload):
         return node.target._opname
-    return node.name if node.op in ("placeholder", "output", "get_attr") else target_name(node).rsplit(".", 1)[-1]
+    if node.op == "placeholder":
+        return node.meta.get(INPUT_NAME) or node.name  # the user's name (fc1.weight, x) where Dynamo had one
+    return node.name if node.op in ("output", "get_attr") else target_name(node).rsplit(".", 1)[-1]
 
 
 def snapshot_graph(gm: fx.GraphModule) -> dict:
