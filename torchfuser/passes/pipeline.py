@@ -18,7 +18,7 @@ from typing import Callable, Protocol
 
 import torch.fx as fx
 
-from torchfuser.passes.base import PassResult, record_unfused
+from torchfuser.passes.base import PassResult, record_unfused, unfused_reasons
 
 PASSES: dict[str, Callable] = {}  # name -> pass, in no particular order
 PIPELINE: list[str] = []  # the order they run in
@@ -79,6 +79,7 @@ class PassRecord:
     graph_before: dict | None = None  # filled by a snapshot instrument, when one runs
     graph_after: dict | None = None
     fused_into: dict = field(default_factory=dict)  # node of graph_before -> group of the kernel absorbing it
+    unfused: list = field(default_factory=list)  # (node, why): what the pass would have fused but did not
 
 
 class Instrument(Protocol):
@@ -143,6 +144,8 @@ def _run(gm, disabled: set, instruments):
             raise PassFailed(name, error) from error
         record.seconds = time.perf_counter() - start
         gm, record.modified, record.stats = result.gm, result.modified, dict(result.stats)
+        record.unfused = [(node.name, why) for node in gm.graph.nodes
+                          if (why := unfused_reasons(node).get(name)) is not None]
         for instrument in instruments:
             instrument.after_pass(record, gm)
     return gm, records

@@ -18,6 +18,7 @@ from torchfuser.report.wire import expand_report
 COMPACT_NODE_BUDGET = 300  # nodes drawn over all of a report's graphs in a notebook output
 
 MAX_PROVENANCE_LINES = 3  # per kernel row; a fused layer can cover dozens of source lines
+MAX_UNFUSED_SHOWN = 12  # per pass row
 CACHE_CLASSES = {"hit": "tf-cache-hit", "miss": "tf-cache-miss", "disk": "tf-cache-disk"}
 
 STYLE = """
@@ -234,10 +235,19 @@ def _passes_section(report: dict) -> str:
             status = f"failed: {p['error']}"
         name = _text(p.get("name")) if enabled else f'<span class="tf-off">{_text(p.get("name"))}</span>'
         rows.append([str(index), name, _text(status), _text(format_seconds(p.get("seconds")) if enabled else "—"),
-                     _text(_stats_text(p.get("stats")))])
+                     _text(_stats_text(p.get("stats"))), _unfused_html(p.get("unfused") or [])])
     if not rows:
         return '<h3>Passes</h3><p class="tf-note">No passes ran.</p>'
-    return "<h3>Passes</h3>" + _table(["#", "pass", "status", "time", "counts"], rows, numeric={0, 3})
+    return "<h3>Passes</h3>" + _table(["#", "pass", "status", "time", "counts", "left unfused, and why"], rows,
+                                      numeric={0, 3})
+
+
+def _unfused_html(unfused: list) -> str:
+    if not unfused:
+        return ""
+    items = "".join(f"<li><code>{_text(node)}</code>: {_text(why)}</li>" for node, why in unfused[:MAX_UNFUSED_SHOWN])
+    more = f"<li>… and {len(unfused) - MAX_UNFUSED_SHOWN} more</li>" if len(unfused) > MAX_UNFUSED_SHOWN else ""
+    return f"<details><summary>{len(unfused)}</summary><ul>{items}{more}</ul></details>"
 
 
 def _drawing_html(caption: str, drawing: GraphDrawing) -> str:

@@ -113,7 +113,8 @@ def encode_passes(records: list, start: dict | None, interner: Interner) -> list
             change = encode_change(current, record.graph_after, record.fused_into, interner)
             current = record.graph_after
         passes.append({"name": record.name, "enabled": record.enabled, "modified": record.modified,
-                       "seconds": record.seconds, "stats": stats, "error": error, "change": change})
+                       "seconds": record.seconds, "stats": stats, "error": error, "change": change,
+                       "unfused": [list(entry) for entry in record.unfused]})
     return passes
 
 
@@ -154,6 +155,7 @@ def expand_report(report: dict) -> dict:
     passes, current = [], aten
     for p in report["passes"]:
         expanded = {key: p[key] for key in ("name", "enabled", "modified", "seconds", "stats", "error")}
+        expanded["unfused"] = p.get("unfused", [])
         change = p.get("change")
         if change is None or current is None:
             expanded.update(graph_before=None, graph_after=None)
