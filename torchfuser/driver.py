@@ -26,6 +26,7 @@ from torchfuser.passes.base import unfused_reasons
 from torchfuser.report import CompileReport, FallbackEntry, KernelEntry, provenance
 from torchfuser.report.memory import peak_intermediate_bytes
 from torchfuser.report.snapshot import GraphSnapshots, fused_into, snapshot_graph, target_name
+from torchfuser.report.trace import trace_report
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
@@ -101,6 +102,7 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
         codegen_seconds=time.perf_counter() - passes_done - build_seconds,
     )
     report.memory = {"peak_intermediate_bytes": peak_intermediate_bytes(gm), "eager_peak_intermediate_bytes": eager_peak}
+    trace_report(report)
     publish(report)
     return CompiledGraph(plan, report)
 
