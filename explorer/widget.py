@@ -123,6 +123,13 @@ class ExplorerWidget(anywidget.AnyWidget):
         return list(self._reports)
 
     @property
+    def breaks(self) -> list[dict]:
+        """Where Dynamo split the program: per graph that ended early, its title and the break (reason,
+        explanation, hints, file, line, code), in compile order."""
+        return [{"graph": report["title"], **report["graph_break"]} for report in self.bundle["reports"]
+                if report.get("graph_break")]
+
+    @property
     def outputs(self) -> Any:
         """What the compiled program returned on the last run (a cell: its last expression's value)."""
         return getattr(self._program, "outputs", getattr(self._program, "last_value", None))

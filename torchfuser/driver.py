@@ -78,7 +78,8 @@ class CompiledGraph:
 
 
 def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", captured: dict | None = None,
-                       started: float | None = None, recompile_reason: str | None = None) -> CompiledGraph:
+                       started: float | None = None, recompile_reason: str | None = None,
+                       graph_break: dict | None = None) -> CompiledGraph:
     started = started if started is not None else time.perf_counter()
     lowered = time.perf_counter()
     cl_device = get_device(options.device)
@@ -89,7 +90,7 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
     runtime = Runtime.for_device(cl_device) if cl_device is not None else None
     plan = Plan(gm, runtime, fallback_nodes={})
     report = CompileReport(title=title, device=cl_device.describe() if cl_device else None,
-                           recompile_reason=recompile_reason,
+                           recompile_reason=recompile_reason, graph_break=graph_break,
                            graphs={"captured": captured, "aten": aten_graph}, passes=records, plan=plan,
                            aten_fused_into=fused_into(aten_graph, gm))  # where every final kernel came from
     build_seconds = _prepare_kernels(gm, plan, report, options)

@@ -102,6 +102,10 @@ def test_cell_with_a_print_becomes_two_graphs_and_assigns_names(shell, monkeypat
     assert all(t.startswith("In[") for t in titles), titles
     data, _ = shown[0]._repr_mimebundle_()
     assert len(data[REPORT_MIME]["reports"]) == 2 and data["text/plain"].startswith("TorchFuser: 2 compiled graphs")
+    (graph_break,) = shown[0].breaks  # the first graph ended at the print; the second ran to the end
+    assert graph_break["graph"] == titles[0] and "`print`" in graph_break["explanation"]
+    assert graph_break["code"] == "print('between')" and graph_break["line"] == 3 and graph_break["hints"]
+    assert "Graph break" in data["text/html"] and "print(&#x27;between&#x27;)" in data["text/html"]
 
 
 def test_load_ext_torchfuser_registers_the_magic(shell):

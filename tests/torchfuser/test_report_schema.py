@@ -170,3 +170,23 @@ def test_each_pass_says_what_it_left_unfused_and_why():
     assert node in {n["id"] for n in expanded["graph_after"]["nodes"]}
     page = render_html([data])
     assert "left unfused, and why" in page and "sum over a dim other than the last" in page
+
+
+def test_a_graph_ended_by_data_dependent_control_flow_says_where_and_what_to_do():
+    def branchy(x):
+        y = x.relu() * 2
+        if y.sum() > 0:  # the break
+            return y + 1
+        return y - 1
+
+    torch._dynamo.reset()
+    with torchfuser.collect_reports() as reports:
+        torch.compile(branchy, backend="torchfuser")(torch.ones(4))
+    first, last = (as_json(r.to_dict()) for r in reports)
+    validate(first)
+    assert last["graph_break"] is None  # ran to the return
+    graph_break = first["graph_break"]
+    assert graph_break["code"] == "if y.sum() > 0:  # the break" and graph_break["file"].endswith(__file__.split("/")[-1])
+    assert any("torch.where" in hint for hint in graph_break["hints"])
+    assert "graph break at" in reports[0].summary()
+    torch._dynamo.reset()

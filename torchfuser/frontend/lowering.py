@@ -24,6 +24,7 @@ from torch.func import functionalize
 from torch.nn.utils.stateless import _reparametrize_module
 
 from torchfuser.driver import compile_aten_graph
+from torchfuser.frontend.graph_breaks import graph_break_of
 from torchfuser.frontend.input_names import name_dynamo_inputs, name_inputs
 from torchfuser.ir.aten import WEIGHT
 from torchfuser.options import Options
@@ -61,14 +62,14 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph", fa
     inputs to trace with instead of example_inputs (symbolic_inputs: one plan for every size; inference);
     recompile_reason: why Dynamo compiles this frame again, for the report."""
     started = time.perf_counter()
-    input_names = name_dynamo_inputs(gm)
+    input_names, graph_break = name_dynamo_inputs(gm), graph_break_of(gm)
     captured = snapshot_graph(gm)
     if not needs_autograd(example_inputs):
         state = module_state(gm)
         aten_gm = lower_for_inference(gm, state, example_inputs, fakes)
         name_inputs(aten_gm, [*state, *input_names])
         compiled = compile_aten_graph(aten_gm, options, title=f"{title} forward", captured=captured, started=started,
-                                      recompile_reason=recompile_reason)
+                                      recompile_reason=recompile_reason, graph_break=graph_break)
         run, lifted = compiled.plan.run, list(state.values())
 
         def call(*args):  # Dynamo's guards (or compiled_per_signature's key) fix the inputs' layouts
@@ -82,7 +83,7 @@ def lower_and_compile(gm, example_inputs, options: Options, *, title="graph", fa
             if kind == "forward":  # its inputs: the lifted module state, then the graph's
                 name_inputs(aten_gm, [*module_state(gm), *input_names])
             compiled = compile_aten_graph(aten_gm, options, title=f"{title} {kind}", captured=captured,
-                                          started=started, recompile_reason=recompile_reason)
+                                          started=started, recompile_reason=recompile_reason, graph_break=graph_break)
             run = compiled.plan.run
             trusted = kind == "forward"  # Dynamo's guards (or compiled_per_signature's key) fix its input layouts
 

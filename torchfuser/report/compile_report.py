@@ -61,6 +61,7 @@ class CompileReport:
     plan: object = None  # the running Plan: live launch counts and kernel times
     aten_fused_into: dict = field(default_factory=dict)  # ATen node -> group of the final kernel absorbing it
     recompile_reason: str | None = None  # Dynamo's, when it compiled this frame before (a guard failed)
+    graph_break: dict | None = None  # the break that ended this graph (frontend/graph_breaks.py), else None
 
     def as_reused(self) -> "CompileReport":
         """This report as a later run sees it when it reuses the compiled graph (the explorer's warm show):
@@ -123,6 +124,7 @@ class CompileReport:
             "memory": dict(self.memory),
             "dynamic": self.dynamic_sizes(),
             "recompile_reason": self.recompile_reason,
+            "graph_break": self.graph_break,
         }
 
     def expanded(self) -> dict:
@@ -161,6 +163,9 @@ class CompileReport:
         """Plain text: each pass with its counts, each kernel with cache status, time and what it fuses,
         and what runs in PyTorch."""
         lines = [f"{self.title}"] + ([f"    recompiled: {self.recompile_reason}"] if self.recompile_reason else [])
+        if self.graph_break:
+            where = self.graph_break["file"] and f" at {self.graph_break['file']}:{self.graph_break['line']}"
+            lines.append(f"    graph break{where or ''}: {self.graph_break['reason']}")
         for p in self.passes:
             stats = ", ".join(f"{k}={v}" for k, v in p.stats.items() if not k.startswith("nodes"))
             nodes = f"{p.stats['nodes_before']}->{p.stats['nodes_after']}" if "nodes_before" in p.stats else ""

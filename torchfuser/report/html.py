@@ -390,10 +390,23 @@ def _report_section(index: int, report: dict, slots: list, drawings: list[GraphD
              f"<h2>{index + 1}. {_text(report.get('title') or 'compiled graph')}</h2>"]
     if warning:
         parts.append(f'<p class="tf-warning">{_text(warning)}</p>')
-    parts += [_device_line(report), _timing_section(report), _passes_section(report),
+    parts += [_device_line(report), _graph_break_html(report.get("graph_break")), _timing_section(report),
+              _passes_section(report),
               _graphs_section(slots, drawings, compact), _kernels_section(report, sources=not compact),
               _fallbacks_section(report), "</section>"]
     return "".join(parts)
+
+
+def _graph_break_html(graph_break: dict | None) -> str:
+    """The break that ended this graph: Dynamo's reason, the user's line, what to do."""
+    if not graph_break:
+        return ""
+    where = f" at {_location(graph_break)}" if graph_break.get("file") else ""
+    code = f" <code>{_text(graph_break['code'])}</code>" if graph_break.get("code") else ""
+    hints = "".join(f"<li>{_text(hint)}</li>" for hint in graph_break.get("hints") or [])
+    return (f'<p class="tf-warning">Graph break{_text(where)}:{code} {_text(graph_break.get("reason"))}'
+            f"{' — ' + _text(graph_break['explanation']) if graph_break.get('explanation') else ''}</p>"
+            + (f"<ul>{hints}</ul>" if hints else ""))
 
 
 def _readable(report: dict) -> tuple[dict, str]:
