@@ -36,6 +36,22 @@ export interface WireReport {
   dynamic: WireDynamicSizes | null;
   /** Dynamo's first failed guard when it compiled this frame before */
   recompile_reason: string | null;
+  /** the graph break that ended this graph; null when it ran to the frame's end (absent in early v2 reports) */
+  graph_break?: WireGraphBreak | null;
+}
+
+/** Why Dynamo ended this graph early, where in the user's code, and what to do about it */
+export interface WireGraphBreak {
+  /** Dynamo's reason, first line */
+  reason: string;
+  /** Dynamo's explanation ("" when it gave none) */
+  explanation: string;
+  /** what to change (Dynamo's, or ours) */
+  hints: string[];
+  file: string | null;
+  line: number | null;
+  /** the user's line where tracing stopped */
+  code: string | null;
 }
 
 export interface WireDevice {
@@ -106,6 +122,8 @@ export interface WirePass {
   error: string | null;
   /** null when the pass did not run (disabled or failed) */
   change: WireChange | null;
+  /** what the pass would have fused but did not, and why (absent in early v2 reports) */
+  unfused?: WireUnfused[];
 }
 
 /** What a pass did to the graph before it (the ATen graph, or the graph after the previous pass that ran). The graph after: the one before without `removed` and `rewritten`, then each of `added` and `rewritten` inserted at its index, in index order; nodes kept unchanged keep their order. */
@@ -119,6 +137,9 @@ export interface WireChange {
   /** drawn on the graph before: which kernel absorbed each node */
   fused_into: WireFusedInto;
 }
+
+/** [node id in the graph after the pass, why the pass left it unfused] */
+export type WireUnfused = [string, string];
 
 /** [index in the graph after, node] */
 export type WirePlacedNode = [number, WireNode];
@@ -157,8 +178,8 @@ export interface WireKernel {
   tuning: WireTuning | null;
   /** one-time constant transforms the kernel relies on (weight packing) */
   transforms: string[];
-  /** inline: in the calling thread; threaded: on the device's worker threads */
-  lane: "inline" | "threaded";
+  /** inline: in the calling thread; threaded: on the device's worker threads; split: its work-groups divided between the two */
+  lane: "inline" | "threaded" | "split";
   /** why that lane, with the estimated costs */
   lane_reason: string;
 }
