@@ -1,8 +1,8 @@
 """The explorer widget, Python side: traits the TypeScript view reads, and re-running with other passes.
 
 Contract with labextension/ (the front end):
-- `bundle` (synced Dict): {"kind": "torchfuser.explorer", "schema_version": 1, "pipeline": [...],
-  "reports": [CompileReport dicts]}
+- `bundle` (synced Dict): {"kind": "torchfuser.explorer", "schema_version": 2, "pipeline": [...],
+  "reports": [CompileReport dicts], "runs": [run records, explorer/runs.py]} (torchfuser/report/report.schema.json)
 - `enabled_passes` (synced List[str]), `status` (synced: "idle" | "running" | "error: <message>")
 - the front end sends {"type": "rerun", "enabled_passes": [...]}; Python re-runs and updates `bundle`.
 
@@ -23,6 +23,7 @@ import traitlets
 from torchfuser.report.html import render_html, render_text
 
 from .programs import Program
+from .runs import compare_runs, run_record
 
 REPORT_MIME = "application/vnd.torchfuser.report+json"
 BUNDLE_KIND = "torchfuser.explorer"
@@ -79,9 +80,9 @@ def report_to_dict(report: Any) -> dict:
     return report.to_dict() if hasattr(report, "to_dict") else dict(report)
 
 
-def make_bundle(pipeline: Sequence[str], reports: Sequence[Any]) -> dict:
+def make_bundle(pipeline: Sequence[str], reports: Sequence[Any], runs: Sequence[dict] = ()) -> dict:
     return {"kind": BUNDLE_KIND, "schema_version": BUNDLE_SCHEMA_VERSION, "pipeline": list(pipeline),
-            "reports": [report_to_dict(r) for r in reports]}
+            "reports": [report_to_dict(r) for r in reports], "runs": list(runs)}
 
 
 class ExplorerWidget(anywidget.AnyWidget):
@@ -100,6 +101,7 @@ class ExplorerWidget(anywidget.AnyWidget):
         self._pipeline = list(pipeline)
         self._title = title
         self._reports: list[Any] = []
+        self._runs: list[dict] = []  # run_record of every (re-)run, oldest first
         super().__init__(enabled_passes=list(enabled_passes), **kwargs)
         self.bundle = make_bundle(self._pipeline, [])
         self.on_msg(self._on_front_end_message)
@@ -121,6 +123,18 @@ class ExplorerWidget(anywidget.AnyWidget):
     @property
     def reports(self) -> list[Any]:
         return list(self._reports)
+
+    @property
+    def runs(self) -> list[dict]:
+        """Every run so far (runs.run_record): passes on, per-kernel times, eager and compiled medians."""
+        return list(self._runs)
+
+    def compare(self, before: int = -2, after: int = -1) -> dict:
+        """Two runs side by side (runs.compare_runs), by index into `runs` (default: the last two)."""
+        if len(self._runs) < 2:
+            raise ValueError(f"comparing needs two runs; there {'is' if len(self._runs) == 1 else 'are'} "
+                             f"{len(self._runs)} (change the passes and call rerun())")
+        return compare_runs(self._runs[before], self._runs[after])
 
     @property
     def breaks(self) -> list[dict]:
@@ -148,6 +162,9 @@ class ExplorerWidget(anywidget.AnyWidget):
         try:
             self._reports = list(self._program.run(self.disabled_passes))
             self.refresh()
+            self._runs.append(run_record(len(self._runs) + 1, self.enabled_passes, self.bundle["reports"],
+                                         reused=bool(getattr(self._program, "reused", False))))
+            self.bundle = {**self.bundle, "runs": list(self._runs)}
             self._update_display()
         except Exception as error:
             self.status = f"error: {type(error).__name__}: {error}".splitlines()[0]
@@ -157,7 +174,7 @@ class ExplorerWidget(anywidget.AnyWidget):
 
     def refresh(self) -> None:
         """Re-read the reports (launch counts and times grow as the compiled code keeps running)."""
-        self.bundle = make_bundle(self._pipeline, self._reports)
+        self.bundle = make_bundle(self._pipeline, self._reports, self._runs)
         if USES_FALLBACK_VIEW:
             self.static_html = self.to_html(compact=True)
 

@@ -2,6 +2,11 @@
 breaks in a %%torchfuse cell, `%load_ext torchfuser`, and a hostile module name end to end."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
 import torch
 import torch.nn as nn
 
@@ -9,6 +14,9 @@ import explorer
 import explorer.magic
 import torchfuser
 from explorer.widget import REPORT_MIME
+
+REPORT_SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "torchfuser" / "report" / "report.schema.json")
+                           .read_text())
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -140,3 +148,20 @@ def test_cell_without_tensor_work_compiles_no_graph_and_still_assigns(shell, mon
     assert shown[0].reports == [] and shown[0].report == []
     data, _ = shown[0]._repr_mimebundle_()
     assert data[REPORT_MIME]["reports"] == [] and "No graphs were compiled." in data["text/html"]
+
+
+def test_every_run_is_kept_and_two_runs_compare():
+    view = explorer.show(MLP().eval(), torch.randn(8, 32), timing_runs=3)
+    with pytest.raises(ValueError, match="comparing needs two runs"):
+        view.compare()
+    view.enabled_passes = [p for p in view.pipeline if p != "fuse_gemm_epilogue"]
+    view.rerun()
+    first, second = view.runs
+    assert first["number"] == 1 and "fuse_gemm_epilogue" in first["enabled_passes"]
+    assert all(k["seconds_per_call"] > 0 for k in first["kernels"]) and first["speedup"] > 0
+    change = view.compare()
+    assert change["passes_off"] == ["fuse_gemm_epilogue"] and change["passes_on"] == []
+    assert {k["kind"] for k in change["removed"]} == {"gemm"}  # the GEMMs with their epilogues are gone
+    assert change["added"] and change["speedup_delta"] == pytest.approx(second["speedup"] - first["speedup"])
+    jsonschema.validate(view.bundle, REPORT_SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert view.bundle["runs"] == view.runs
