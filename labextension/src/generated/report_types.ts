@@ -8,6 +8,8 @@ export interface WireBundle {
   /** pass names in pipeline order */
   pipeline: string[];
   reports: WireReport[];
+  /** the explorer's run history, oldest first (explorer/runs.py); absent outside the explorer */
+  runs?: WireRun[];
 }
 
 /** What one compile did. Graphs are stored once: the ATen graph in full, then each enabled pass as its change to the graph before it. Module paths and user source lines are interned in `modules` and `locations`; kernels with the same cache key share one `kernel_sources` entry. */
@@ -38,6 +40,31 @@ export interface WireReport {
   recompile_reason: string | null;
   /** the graph break that ended this graph; null when it ran to the frame's end (absent in early v2 reports) */
   graph_break?: WireGraphBreak | null;
+}
+
+/** One (re-)run of the explorer: the passes it had on, its kernels' times, the program's medians */
+export interface WireRun {
+  number: number;
+  enabled_passes: string[];
+  /** the run reused a compiled program (same passes) instead of compiling */
+  reused: boolean;
+  /** compiled graphs (reports) in the run */
+  graphs: number;
+  /** slowest first */
+  kernels: WireRunKernel[];
+  eager_seconds: number | null;
+  compiled_seconds: number | null;
+  speedup: number | null;
+}
+
+export interface WireRunKernel {
+  /** the OpenCL kernel name (equal specs share one) */
+  name: string;
+  kind: string;
+  /** fused nodes that run this kernel */
+  uses: number;
+  /** profiled time of all its uses per program call */
+  seconds_per_call: number;
 }
 
 /** Why Dynamo ended this graph early, where in the user's code, and what to do about it */
