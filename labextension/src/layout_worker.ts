@@ -31,6 +31,8 @@ interface WorkerScope {
 
 const scope = globalThis as unknown as WorkerScope & { document?: unknown; __torchfuserLayout?: typeof layout };
 if (typeof scope.document === 'undefined' && typeof scope.postMessage === 'function') {
+  // Compile Graphviz as soon as the worker starts: the first layout request is then not kept waiting for it.
+  loading = Graphviz.load();
   scope.onmessage = event => {
     const { id, dot } = event.data;
     layout(dot).then(

@@ -103,38 +103,41 @@ export function moduleEntries(graph: Graph | null): ModuleEntry[] {
   return entries;
 }
 
-function collectModuleEntries(graph: Graph): ModuleEntry[] {
-  const members = new Map<string, Set<string>>();
-  const types = new Map<string, string>();
-  const add = (modulePath: string, ids: Iterable<string>) => {
-    for (const path of ancestorsOf(modulePath)) {
-      let set = members.get(path);
-      if (!set) {
-        set = new Set();
-        members.set(path, set);
+const groupsCache = new WeakMap<Graph, Map<string, string[]>>();
+
+/** module path → the ids collapsed with it directly (memberPaths grouped by path). */
+function pathGroups(graph: Graph): Map<string, string[]> {
+  let groups = groupsCache.get(graph);
+  if (!groups) {
+    groups = new Map();
+    for (const [id, path] of memberPaths(graph)) {
+      const ids = groups.get(path);
+      if (ids) {
+        ids.push(id);
+      } else {
+        groups.set(path, [id]);
       }
-      for (const id of ids) {
-        set.add(id);
+    }
+    groupsCache.set(graph, groups);
+  }
+  return groups;
+}
+
+function collectModuleEntries(graph: Graph): ModuleEntry[] {
+  const members = new Map<string, string[]>();
+  const add = (modulePath: string, ids: string[]) => {
+    // Ancestors are worked out once per module path, not once per node.
+    for (const path of ancestorsOf(modulePath)) {
+      const list = members.get(path);
+      if (list) {
+        list.push(...ids);
+      } else {
+        members.set(path, [...ids]);
       }
     }
   };
-  // Grouped by path first: ancestors are worked out once per module, not once per node.
-  const byPath = new Map<string, string[]>();
-  for (const [id, path] of memberPaths(graph)) {
-    const ids = byPath.get(path);
-    if (ids) {
-      ids.push(id);
-    } else {
-      byPath.set(path, [id]);
-    }
-  }
-  for (const [path, ids] of byPath) {
+  for (const [path, ids] of pathGroups(graph)) {
     add(path, ids);
-  }
-  for (const node of graph.nodes) {
-    if (node.module && node.module_type && !types.has(node.module)) {
-      types.set(node.module, node.module_type);
-    }
   }
   // A stored graph's module lists may name nodes their own field does not; a derived graph's are built from it.
   for (const [path, ids] of graph.derived ? [] : Object.entries(graph.modules)) {
@@ -142,12 +145,18 @@ function collectModuleEntries(graph: Graph): ModuleEntry[] {
       add(path, ids);
     }
   }
+  const types = new Map<string, string>();
+  for (const node of graph.nodes) {
+    if (node.module && node.module_type && !types.has(node.module)) {
+      types.set(node.module, node.module_type);
+    }
+  }
   return [...members.entries()]
     .map(([path, ids]) => ({
       path,
       depth: path.split('.').length - 1,
       moduleType: types.get(path) ?? '',
-      nodeIds: [...ids]
+      nodeIds: graph.derived ? ids : [...new Set(ids)] // each node is in one path group, except via stored lists
     }))
     .sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
@@ -351,28 +360,23 @@ export function collapsedAtDepth(graph: Graph | null, depth: number): string[] {
     .map(entry => entry.path);
 }
 
-/** Boxes drawn when collapsed to level `depth` (see collapsedAtDepth). */
+/** Boxes drawn when collapsed to level `depth` (see collapsedAtDepth); counted per module path, not per node. */
 export function boxesAtDepth(graph: Graph, depth: number): number {
-  const boxes = new Set<string>();
-  const paths = memberPaths(graph);
   const parents = parentPaths(graph);
-  const boxOfPath = new Map<string, string | null>(); // null: the node is drawn itself
-  for (const node of graph.nodes) {
-    const path = paths.get(node.id);
-    let box = path ? boxOfPath.get(path) : null;
-    if (box === undefined && path) {
-      const parts = path.split('.');
-      box =
-        parts.length > depth
-          ? MODULE_NODE_PREFIX + parts.slice(0, depth + 1).join('.')
-          : parents.has(path)
-            ? null
-            : MODULE_NODE_PREFIX + path;
-      boxOfPath.set(path, box);
+  const groups = pathGroups(graph);
+  let boxes = graph.nodes.length - memberPaths(graph).size; // nodes outside every module are drawn themselves
+  const moduleBoxes = new Set<string>();
+  for (const [path, ids] of groups) {
+    const parts = path.split('.');
+    if (parts.length > depth) {
+      moduleBoxes.add(parts.slice(0, depth + 1).join('.'));
+    } else if (!parents.has(path)) {
+      moduleBoxes.add(path);
+    } else {
+      boxes += ids.length; // a parent module's own nodes, drawn beside its collapsed children
     }
-    boxes.add(box ?? node.id);
   }
-  return boxes.size;
+  return boxes + moduleBoxes.size;
 }
 
 /**

@@ -16,10 +16,10 @@ import {
   type DisplayGraph
 } from './collapse';
 import { clear, el } from './dom';
-import { findCounterparts, GraphIndex, kernelFillColors, kernelForNode, kernelNodeIds } from './graph_index';
+import { findCounterparts, indexOf, kernelFillColors, kernelForNode, kernelNodeIds, type GraphIndex } from './graph_index';
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
-import { LayoutCache } from './layout_engine';
+import { getLayoutEngine, LayoutCache, layoutEngineReady } from './layout_engine';
 import { passError, PassList, WHOLE_PIPELINE } from './pass_list';
 import { decodeBundle } from './decode';
 import type { Bundle, Graph, Report } from './schema';
@@ -27,6 +27,7 @@ import { matchNodes } from './search';
 import { SourcePane } from './source_pane';
 import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector, renderShapes } from './summary';
 import { renderTimingBar, safeColor } from './timing_bar';
+import { measureSpan } from './user_timing';
 
 export interface ViewHost {
   /** True when a kernel is connected: toggles and Re-run work. */
@@ -45,15 +46,6 @@ const OTHER: Record<Side, Side> = { before: 'after', after: 'before' };
 const MIN_PANE_HEIGHT_PX = 180;
 const MAX_PANE_HEIGHT_PX = 520;
 const BUSY_STATUS = /^(running|compiling|busy|rerunning)/i;
-
-/** A user-timing measure, for harnesses and the browser tests (costs nothing otherwise). */
-function measure(name: string, start: number): void {
-  try {
-    performance.measure?.(name, { start, end: performance.now() });
-  } catch {
-    // engines without measure options: timing is optional
-  }
-}
 
 export class ExplorerView {
   readonly node: HTMLElement;
@@ -85,6 +77,8 @@ export class ExplorerView {
   private readonly errorSlot = el('div', { className: 'jp-torchfuser-error', attrs: { role: 'alert' } });
   private kernelColorMap = new Map<string, string>();
   private drawing: Promise<void> = Promise.resolve();
+  /** When the current bundle arrived, until its first drawing is done (for the time-to-first-draw measure). */
+  private shownAt: number | null = null;
   private drawToken = 0;
 
   constructor(private readonly host: ViewHost) {
@@ -138,9 +132,12 @@ export class ExplorerView {
 
   setBundle(value: unknown): void {
     const started = performance.now();
+    // Start Graphviz (a chunk and its workers) while the bundle is decoded; a failure shows when drawing.
+    getLayoutEngine().catch(() => undefined);
     try {
       this.bundle = decodeBundle(value);
-      measure('torchfuser:decode', started);
+      measureSpan('torchfuser:decode', started, undefined, { title: this.bundle.reports[0]?.title ?? '' });
+      this.shownAt = started;
       this.errorSlot.textContent = '';
     } catch (error) {
       this.bundle = null;
@@ -294,6 +291,24 @@ export class ExplorerView {
 
   private drawGraphs(): void {
     const token = ++this.drawToken;
+    if (layoutEngineReady()) {
+      this.drawNow(token);
+      return;
+    }
+    // The page's first drawing: let Graphviz's chunk load and its worker start compiling first, so that
+    // preparing the drawing (big graphs: a few hundred ms) overlaps the compile instead of delaying it.
+    const pending: Promise<void> = getLayoutEngine()
+      .catch(() => undefined)
+      .then(() => {
+        if (token === this.drawToken) {
+          this.drawNow(token);
+        }
+        return this.drawing === pending ? undefined : this.drawing; // the drawing that followed, if any
+      });
+    this.drawing = pending;
+  }
+
+  private drawNow(token: number): void {
     const started = performance.now();
     const selection = this.graphsForSelection();
     let autoDepth: number | null = null;
@@ -305,7 +320,7 @@ export class ExplorerView {
       const graph = selection[side];
       this.sides[side] = {
         graph,
-        index: graph ? new GraphIndex(graph) : null,
+        index: graph ? indexOf(graph) : null,
         display: graph ? buildDisplayGraph(graph, this.collapsed) : null
       };
       const count = graph ? ` · ${graph.nodes.length} nodes` : '';
@@ -313,6 +328,7 @@ export class ExplorerView {
     }
     const entries = moduleEntries(selection.after ?? selection.before);
     this.toolbar.setModules(entries.length ? entries : moduleEntries(selection.before), this.collapsed, autoDepth);
+    measureSpan('torchfuser:prepare', started);
     this.drawing = Promise.all(
       (['before', 'after'] as Side[]).map(side =>
         this.panes[side].render(this.sides[side].graph, this.sides[side].display, selection.message)
@@ -323,7 +339,15 @@ export class ExplorerView {
         this.paintCoveredNodes();
         this.applySearch(false);
         this.applyKernelSelection();
-        measure('torchfuser:draw', started);
+        const detail = {
+          title: this.report?.title ?? '',
+          drawn: this.panes.before.drawnNodeIds.length + this.panes.after.drawnNodeIds.length
+        };
+        measureSpan('torchfuser:draw', started, undefined, detail);
+        if (this.shownAt !== null) {
+          measureSpan('torchfuser:first-draw', this.shownAt, undefined, detail);
+          this.shownAt = null;
+        }
       }
     });
   }

@@ -28,6 +28,18 @@ export class GraphIndex {
   }
 }
 
+const indexCache = new WeakMap<Graph, GraphIndex>();
+
+/** The index of a graph, built once (graphs do not change after decoding). */
+export function indexOf(graph: Graph): GraphIndex {
+  let index = indexCache.get(graph);
+  if (!index) {
+    index = new GraphIndex(graph);
+    indexCache.set(graph, index);
+  }
+  return index;
+}
+
 function pushTo<K>(map: Map<K, string[]>, key: K, value: string): void {
   const list = map.get(key);
   if (list) {

@@ -9,16 +9,9 @@ import { LayoutCache, type LayoutEngine } from './layout_engine';
 import { PanZoom } from './pan_zoom';
 import { parseSafeSvg } from './safe_svg';
 import type { Graph } from './schema';
+import { measureSpan } from './user_timing';
 
 export type Side = 'before' | 'after';
-
-function markPhase(name: string, start: number, end: number): void {
-  try {
-    performance.measure?.(name, { start, end });
-  } catch {
-    // older engines without measure options: timing is optional
-  }
-}
 
 export interface GraphPaneCallbacks {
   onHover(side: Side, displayedId: string | null): void;
@@ -110,8 +103,8 @@ export class GraphPane {
       }
       svg = parseSafeSvg(svgText, this.canvas.ownerDocument);
       // User-timing entries let a harness see where the time goes; they cost nothing otherwise.
-      markPhase(`torchfuser:layout:${this.side}`, layoutStarted, parseStarted);
-      markPhase(`torchfuser:parse:${this.side}`, parseStarted, performance.now());
+      measureSpan(`torchfuser:layout:${this.side}`, layoutStarted, parseStarted);
+      measureSpan(`torchfuser:parse:${this.side}`, parseStarted, performance.now());
     } catch (error) {
       if (token === this.renderToken) {
         this.showMessage(`Could not draw this graph: ${String((error as Error)?.message ?? error)}`, 'error');
@@ -125,7 +118,7 @@ export class GraphPane {
     this.canvas.appendChild(svg);
     this.canvas.setAttribute('data-state', 'drawn');
     this.panZoom = new PanZoom(svg);
-    markPhase(`torchfuser:insert:${this.side}`, insertStarted, performance.now());
+    measureSpan(`torchfuser:insert:${this.side}`, insertStarted, performance.now());
     this.lastRenderMs = performance.now() - started;
   }
 

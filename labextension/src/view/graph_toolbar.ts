@@ -23,6 +23,8 @@ export class GraphToolbar {
   private readonly moduleSummary: HTMLElement;
   private readonly levelSelect: HTMLSelectElement;
   private searchTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The module entries the list shows now. */
+  private listed: ModuleEntry[] | null = null;
 
   constructor(private readonly handlers: GraphToolbarHandlers) {
     this.searchInput = el('input', {
@@ -78,12 +80,30 @@ export class GraphToolbar {
     ]);
   }
 
+  private setSummary(entries: ModuleEntry[], collapsed: Set<string>, level: number | null): void {
+    if (level !== null) {
+      this.levelSelect.value = String(level);
+    } else if (!collapsed.size) {
+      this.levelSelect.value = '';
+    }
+    this.moduleSummary.textContent = `Modules (${entries.length})${collapsed.size ? `, ${collapsed.size} collapsed` : ''}`;
+  }
+
   setMatchCount(before: number, after: number, active: boolean): void {
     this.matchCount.textContent = active ? `${before} before · ${after} after` : '';
   }
 
   /** `level`: the depth the view collapsed to by itself (a big graph shown first), else null. */
   setModules(entries: ModuleEntry[], collapsed: Set<string>, level: number | null = null): void {
+    if (entries === this.listed) {
+      // The same graph's modules (entries are kept per graph): only the check marks change.
+      this.moduleList.querySelectorAll<HTMLInputElement>('input[data-module]').forEach(input => {
+        input.checked = collapsed.has(input.getAttribute('data-module') ?? '');
+      });
+      this.setSummary(entries, collapsed, level);
+      return;
+    }
+    this.listed = entries;
     clear(this.moduleList);
     const chosen = this.levelSelect.value;
     clear(this.levelSelect);
@@ -92,8 +112,8 @@ export class GraphToolbar {
       const label = `level ${level.depth + 1}: ${level.count} module${level.count === 1 ? '' : 's'} (${level.example}${level.count > 1 ? ', …' : ''})`;
       this.levelSelect.appendChild(el('option', { text: label, attrs: { value: level.depth } }));
     }
-    this.levelSelect.value = level !== null ? String(level) : collapsed.size ? chosen : '';
-    this.moduleSummary.textContent = `Modules (${entries.length})${collapsed.size ? `, ${collapsed.size} collapsed` : ''}`;
+    this.levelSelect.value = chosen;
+    this.setSummary(entries, collapsed, level);
     for (const entry of entries.slice(0, MAX_LISTED_MODULES)) {
       const checkbox = el('input', {
         className: 'jp-torchfuser-module-toggle',

@@ -1,7 +1,7 @@
 /**
  * Graphviz in WebAssembly, loaded on first use and shared by every view on the
- * page. Layout runs in Web Workers (two, so the before and after graphs are
- * laid out side by side and the page stays responsive); where workers cannot
+ * page. Layout runs in Web Workers (so the page stays responsive; two where
+ * there are cores for both graphs of a pass at once); where workers cannot
  * start (a strict Content-Security-Policy), the same code runs on the page.
  * Tests install a stub instead.
  */
@@ -112,12 +112,21 @@ export class WorkerLayoutEngine implements LayoutEngine {
   }
 }
 
+/**
+ * Two workers lay out the before and after graphs side by side, but only with
+ * CPUs to spare: on two cores the page, the second worker's Graphviz compile
+ * and the first layout all compete, and one worker draws first sooner.
+ */
+export function workerCount(cores: number): number {
+  return cores >= 4 ? 2 : 1;
+}
+
 async function loadEngine(): Promise<LayoutEngine> {
   const { LAYOUT_WORKER_CODE } = await import('../generated/layout_worker_code');
   if (typeof Worker !== 'undefined' && typeof Blob !== 'undefined' && typeof URL.createObjectURL === 'function') {
     try {
       const cores = typeof navigator !== 'undefined' ? navigator.hardwareConcurrency || 1 : 1;
-      return new WorkerLayoutEngine(LAYOUT_WORKER_CODE, Math.min(2, Math.max(1, cores)));
+      return new WorkerLayoutEngine(LAYOUT_WORKER_CODE, workerCount(cores));
     } catch {
       // fall through: lay out on the page
     }
@@ -125,12 +134,24 @@ async function loadEngine(): Promise<LayoutEngine> {
   return mainThreadEngine(LAYOUT_WORKER_CODE);
 }
 
+let loaded = false;
+
+/** True once Graphviz is loaded (or a stand-in installed): a layout can start at once. */
+export function layoutEngineReady(): boolean {
+  return override !== null || loaded;
+}
+
 export function getLayoutEngine(): Promise<LayoutEngine> {
   if (override) {
     return Promise.resolve(override);
   }
   if (!loading) {
-    loading = loadEngine().catch(error => {
+    loading = loadEngine().then(
+      engine => {
+        loaded = true;
+        return engine;
+      }
+    ).catch(error => {
       loading = null; // let a later render retry
       throw error;
     });

@@ -27,24 +27,24 @@ function isDangerousAttribute(name: string, value: string): boolean {
   return /^\s*(javascript|data|vbscript):/i.test(value) && lower !== 'xlink:title';
 }
 
-/** Removes forbidden elements and attributes in place. */
+/**
+ * Removes forbidden elements and attributes in place. One flat pass over the
+ * elements, reading attribute names as strings (no Attr objects): several
+ * times faster on a big drawing than walking `attributes` recursively.
+ */
 export function sanitizeSvgTree(root: Element): void {
   const doomed: Element[] = [];
-  const walk = (element: Element) => {
+  for (const element of [root, ...Array.from(root.getElementsByTagName('*'))]) {
     if (FORBIDDEN_ELEMENTS.has(element.localName.toLowerCase())) {
-      doomed.push(element);
-      return;
+      doomed.push(element); // its descendants go with it
+      continue;
     }
-    for (const attr of Array.from(element.attributes)) {
-      if (isDangerousAttribute(attr.name, attr.value)) {
-        element.removeAttributeNS(attr.namespaceURI, attr.localName);
+    for (const name of element.getAttributeNames()) {
+      if (isDangerousAttribute(name, element.getAttribute(name) ?? '')) {
+        element.removeAttribute(name);
       }
     }
-    for (const child of Array.from(element.children)) {
-      walk(child);
-    }
-  };
-  walk(root);
+  }
   for (const element of doomed) {
     element.remove();
   }
