@@ -2,8 +2,9 @@
 workspace, driven by Python playwright and Debian's chromium (never `playwright install`).
 
 The labextension must be built (`pip install .` / `make setup` run its build; by hand:
-`cd labextension && jlpm install && jlpm build`). When it is built in the tree but not
-installed in this environment, the server finds it through a temporary JUPYTER_PATH.
+`cd labextension && jlpm install && jlpm build`). When it is built in the tree, the server loads
+that build through a temporary JUPYTER_PATH, which Lab reads ahead of a copy installed in this
+environment (an install made before the last `jlpm build` is stale).
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def lab_server(tmp_path_factory):
     env["JUPYTER_CONFIG_DIR"] = str(home / "config")
     env["JUPYTER_RUNTIME_DIR"] = str(home / "runtime")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    if _installed_extension() is None:
+    if (BUILT_EXTENSION / "package.json").is_file():
         data = home / "data"
         (data / "labextensions").mkdir(parents=True)
         (data / "labextensions" / EXTENSION_NAME).symlink_to(BUILT_EXTENSION)
@@ -112,3 +113,26 @@ def browser():
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+def open_notebook(browser, base: str, name: str):
+    """A new browser context on notebook `name` in Lab; returns (context, page, page errors)."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1200})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # A workspace per notebook, so Lab does not also restore the other notebook's tab.
+    page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    page.wait_for_function("window.jupyterapp !== undefined && window.jupyterapp.commands !== undefined")
+    return context, page, errors
+
+
+def answer_kernel_dialog(page, button: str, wait_ms: int = 5_000) -> bool:
+    """Lab may ask which kernel to start; answer it if it does."""
+    choice = page.locator(".jp-Dialog button", has_text=button)
+    try:
+        choice.first.click(timeout=wait_ms)
+        return True
+    except Exception:
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import REPO, TOKEN
+from conftest import REPO, TOKEN, answer_kernel_dialog, open_notebook
 
 REPORT_MIME = "application/vnd.torchfuser.report+json"
 HOSTILE_FIXTURE = REPO / "labextension" / "test" / "fixtures" / "hostile_bundle.json"
@@ -53,26 +53,8 @@ DRAWN_AFTER = '.jp-torchfuser-graph[data-side="after"][data-state="drawn"]'
 DRAWN_BEFORE = '.jp-torchfuser-graph[data-side="before"][data-state="drawn"]'
 
 
-def _open(browser, base: str, name: str):
-    context = browser.new_context(viewport={"width": 1500, "height": 1200})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    # A workspace per notebook, so Lab does not also restore the other notebook's tab.
-    page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook", timeout=60_000)
-    page.wait_for_function("window.jupyterapp !== undefined && window.jupyterapp.commands !== undefined")
-    return context, page, errors
-
-
-def _answer_kernel_dialog(page, button: str, wait_ms: int = 5_000) -> bool:
-    """Lab may ask which kernel to start; answer it if it does."""
-    choice = page.locator(".jp-Dialog button", has_text=button)
-    try:
-        choice.first.click(timeout=wait_ms)
-        return True
-    except Exception:
-        return False
+_open = open_notebook
+_answer_kernel_dialog = answer_kernel_dialog
 
 
 def _wait_for_kernel(page) -> str:
