@@ -4,7 +4,8 @@
  * centres its matches, and no DOT is laid out twice in a view's life.
  */
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { BOX_BUDGET, boxesAtDepth, initialCollapseDepth, memberPaths, moduleEntries } from '../view/collapse';
+import { memberPaths, moduleEntries } from '../view/collapse';
+import { BOX_BUDGET, boxesAtDepth, initialCollapseDepth } from '../view/collapse_levels';
 import { decodeBundle } from '../view/decode';
 import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';

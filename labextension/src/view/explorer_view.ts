@@ -3,12 +3,9 @@
  * and the MIME renderer both create one and feed it bundles; the host decides
  * whether toggles and Re-run are live (a kernel is running) or not.
  */
+import { afterExpanding, collapsedAtDepthIn, initialCollapseDepth } from './collapse_levels';
 import {
-  BOX_BUDGET,
   buildDisplayGraph,
-  childModules,
-  collapsedAtDepth,
-  initialCollapseDepth,
   moduleEntries,
   MODULE_NODE_PREFIX,
   toDisplayed,
@@ -20,7 +17,7 @@ import { findCounterparts, indexOf, kernelFillColors, kernelForNode, kernelNodeI
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
 import { getLayoutEngine, LayoutCache, layoutEngineReady } from './layout_engine';
-import { passError, PassList, WHOLE_PIPELINE } from './pass_list';
+import { graphsToCompare, PassList, WHOLE_PIPELINE } from './pass_list';
 import { decodeBundle } from './decode';
 import type { Bundle, Graph, Report } from './schema';
 import { matchNodes } from './search';
@@ -193,19 +190,11 @@ export class ExplorerView {
 
   /** Expands a collapsed module; one too big to draw whole shows its child modules collapsed instead. */
   expandModule(path: string): void {
-    const remaining = [...this.collapsed].filter(p => p !== path && !p.startsWith(path + '.'));
-    const graphs = [this.sides.before.graph, this.sides.after.graph];
-    const size = Math.max(0, ...graphs.map(graph => moduleEntries(graph).find(entry => entry.path === path)?.nodeIds.length ?? 0));
-    const children = size > BOX_BUDGET ? graphs.flatMap(graph => childModules(moduleEntries(graph), path)) : [];
-    this.setCollapsed([...new Set([...remaining, ...children])]);
+    this.setCollapsed(afterExpanding(this.collapsed, path, [this.sides.before.graph, this.sides.after.graph]));
   }
 
   private modulesAtDepthOnEitherSide(depth: number): string[] {
-    return this.modulesAtDepthIn([this.sides.before.graph, this.sides.after.graph], depth);
-  }
-
-  private modulesAtDepthIn(graphs: (Graph | null)[], depth: number): string[] {
-    return [...new Set(graphs.flatMap(graph => collapsedAtDepth(graph, depth)))];
+    return collapsedAtDepthIn([this.sides.before.graph, this.sides.after.graph], depth);
   }
 
   private togglePass(name: string, enabled: boolean): void {
@@ -262,33 +251,6 @@ export class ExplorerView {
     this.passList.render(this.report, this.bundle?.pipeline ?? [], new Set(this.enabledPasses()), this.selectedPass);
   }
 
-  /** The graphs to compare for the selected pass, with a message when one is missing. */
-  private graphsForSelection(): { before: Graph | null; after: Graph | null; caption: [string, string]; message: string } {
-    const report = this.report;
-    if (!report) {
-      return { before: null, after: null, caption: ['', ''], message: 'No report.' };
-    }
-    if (this.selectedPass === WHOLE_PIPELINE) {
-      const ran = report.passes.filter(p => p.enabled && p.graph_after);
-      const before = report.graphs.aten ?? report.passes.find(p => p.graph_before)?.graph_before ?? null;
-      const after = ran.length ? ran[ran.length - 1].graph_after : before;
-      return { before, after, caption: ['ATen graph (before all passes)', 'final graph (after all passes)'], message: 'This report has no graphs.' };
-    }
-    const record = report.passes.find(p => p.name === this.selectedPass);
-    const error = passError(record);
-    const message = error
-      ? `${this.selectedPass} failed, so the graph was compiled without it: ${error}`
-      : record && !record.enabled
-        ? `${this.selectedPass} was disabled in this run.`
-        : 'No graph recorded.';
-    return {
-      before: record?.graph_before ?? null,
-      after: record?.graph_after ?? null,
-      caption: [`before ${this.selectedPass}`, `after ${this.selectedPass}`],
-      message
-    };
-  }
-
   private drawGraphs(): void {
     const token = ++this.drawToken;
     if (layoutEngineReady()) {
@@ -310,11 +272,11 @@ export class ExplorerView {
 
   private drawNow(token: number): void {
     const started = performance.now();
-    const selection = this.graphsForSelection();
+    const selection = graphsToCompare(this.report, this.selectedPass);
     let autoDepth: number | null = null;
     if (!this.collapseChosenByUser) {
       autoDepth = initialCollapseDepth([selection.before, selection.after]);
-      this.collapsed = new Set(autoDepth === null ? [] : this.modulesAtDepthIn([selection.before, selection.after], autoDepth));
+      this.collapsed = new Set(autoDepth === null ? [] : collapsedAtDepthIn([selection.before, selection.after], autoDepth));
     }
     for (const side of ['before', 'after'] as Side[]) {
       const graph = selection[side];

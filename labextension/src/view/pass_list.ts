@@ -5,7 +5,7 @@
  */
 import { clear, el } from './dom';
 import { formatSeconds } from './format';
-import type { PassRecord, Report } from './schema';
+import type { Graph, PassRecord, Report } from './schema';
 
 export const WHOLE_PIPELINE = '__pipeline__';
 
@@ -54,6 +54,40 @@ function passState(record: PassRecord | undefined): string {
     return 'disabled';
   }
   return record.modified ? 'changed' : 'no change';
+}
+
+export interface GraphsToCompare {
+  before: Graph | null;
+  after: Graph | null;
+  caption: [string, string];
+  /** Shown in a pane with no graph. */
+  message: string;
+}
+
+/** The graphs to compare for the selected pass (or the whole pipeline), with a message when one is missing. */
+export function graphsToCompare(report: Report | null, selectedPass: string): GraphsToCompare {
+  if (!report) {
+    return { before: null, after: null, caption: ['', ''], message: 'No report.' };
+  }
+  if (selectedPass === WHOLE_PIPELINE) {
+    const ran = report.passes.filter(p => p.enabled && p.graph_after);
+    const before = report.graphs.aten ?? report.passes.find(p => p.graph_before)?.graph_before ?? null;
+    const after = ran.length ? ran[ran.length - 1].graph_after : before;
+    return { before, after, caption: ['ATen graph (before all passes)', 'final graph (after all passes)'], message: 'This report has no graphs.' };
+  }
+  const record = report.passes.find(p => p.name === selectedPass);
+  const error = passError(record);
+  const message = error
+    ? `${selectedPass} failed, so the graph was compiled without it: ${error}`
+    : record && !record.enabled
+      ? `${selectedPass} was disabled in this run.`
+      : 'No graph recorded.';
+  return {
+    before: record?.graph_before ?? null,
+    after: record?.graph_after ?? null,
+    caption: [`before ${selectedPass}`, `after ${selectedPass}`],
+    message
+  };
 }
 
 export class PassList {
