@@ -8,6 +8,7 @@ import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
 import { highlightOpenCL, tokenizeOpenCL } from '../view/opencl_highlight';
 import { parseSafeSvg } from '../view/safe_svg';
+import { encodeV2 } from './encode_v2';
 import { loadFixture, stubGraphviz } from './fixtures';
 
 const HOSTILE = '<img src=x onerror="window.__x=1">';
@@ -54,6 +55,24 @@ describe('hostile report strings', () => {
     // The collapsed module box keeps the name as SVG text.
     const box = document.querySelector(`g.node[data-node-id='module:${HOSTILE}']`);
     expect(box).not.toBeNull();
+  });
+
+  it('render as text from a schema v2 bundle too (interned module paths, derived DOT)', async () => {
+    const view = new ExplorerView({ interactive: false });
+    document.body.appendChild(view.node);
+    view.setBundle(encodeV2(loadFixture('hostile_bundle.json')));
+    await view.whenDrawn();
+    const kernel = document.querySelector('g.node.jp-torchfuser-kernel[data-node-id="tf_gemm_0"] text')!;
+    kernel.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+    view.setCollapsed([HOSTILE]);
+    await view.whenDrawn();
+    await new Promise(resolve => setTimeout(resolve, 50));
+    expect(document.querySelector('.jp-torchfuser-error')!.textContent).toBe('');
+    expect(window.__x).toBeUndefined();
+    expect(document.querySelectorAll('img, script, iframe, foreignObject')).toHaveLength(0);
+    expect(document.querySelectorAll('[onerror], [onload], [onclick]')).toHaveLength(0);
+    expect(document.querySelector('.jp-torchfuser-source')!.textContent).toContain(HOSTILE);
+    expect(document.querySelector(`g.node[data-node-id='module:${HOSTILE}']`)).not.toBeNull();
   });
 
   it('the element helper refuses event-handler attributes', () => {
