@@ -109,8 +109,15 @@ def fresh_entry(target: Callable, serial: int, count: int | None = None) -> Call
     return explore
 
 
+def pipeline_identity(core: Any) -> tuple:
+    """The passes in order with the functions behind them: a pass registered (or registered again, edited)
+    since a model was compiled makes the compiled program stale."""
+    functions = getattr(core.passes, "PASSES", {})
+    return tuple((name, functions.get(name)) for name in core.passes.PIPELINE)
+
+
 class WarmPrograms:
-    """The last WARM_PROGRAMS compiled models with their reports, by (model, disabled passes, device).
+    """The last WARM_PROGRAMS compiled models with their reports, by (model, disabled passes, device, passes).
 
     A compiled model stays correct for new inputs (Dynamo's guards recompile when they must), so showing it
     again reuses its graphs and kernels. Entries hold their model (the compiled code does anyway); the oldest
@@ -153,7 +160,7 @@ class ModelProgram:
 
     def run(self, disabled: Sequence[str]) -> list[Any]:
         core = compiler()
-        key = (tuple(sorted(disabled)), self.device)
+        key = (tuple(sorted(disabled)), self.device, pipeline_identity(core))
         warm = WARM.get(self.target, key)
         if warm is not None:
             compiled, previous = warm

@@ -165,3 +165,18 @@ def test_every_run_is_kept_and_two_runs_compare():
     assert change["added"] and change["speedup_delta"] == pytest.approx(second["speedup"] - first["speedup"])
     jsonschema.validate(view.bundle, REPORT_SCHEMA, cls=jsonschema.Draft202012Validator)
     assert view.bundle["runs"] == view.runs
+
+
+def test_a_pass_registered_after_a_show_is_not_skipped_by_the_warm_program():
+    from torchfuser.passes import PassResult, register_pass, unregister_pass
+
+    model, x = MLP().eval(), torch.randn(8, 32)
+    explorer.show(model, x, timing_runs=0)
+    seen = []
+    register_pass("count_nodes", lambda gm: seen.append(len(gm.graph.nodes)) or PassResult(gm, False))
+    try:
+        view = explorer.show(model, x, timing_runs=0)
+    finally:
+        unregister_pass("count_nodes")
+    assert seen and not view._program.reused
+    assert "count_nodes" in [p["name"] for p in view.bundle["reports"][0]["passes"]]
