@@ -14,9 +14,11 @@ driver answers from its cache. Fetching the binary would cost PoCL a second comp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -35,13 +37,36 @@ _DRIVER_CACHED = b"built from source; the driver's own cache holds the binary"
 
 
 
+@contextlib.contextmanager
+def _stderr_to_debug_log():
+    """The process's stderr (file descriptor 2) goes to the debug log meanwhile: PoCL's compiler writes
+    "N warnings generated." there itself, below Python, into a user's terminal or notebook."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep quiet
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace").strip()
+            if text:
+                logger.debug("OpenCL compiler's own output: %s", text[:4000])
+
+
 def build_quietly(program, devices: list, options: str = BUILD_OPTIONS):
     """program.build(), the compiler's notes on a build that succeeded going to the debug log rather than out as
     warnings: PoCL on CPUs without AVX-512 notes the ABI of every float16 vector in every kernel, which says
     nothing a user can act on (a failed build still raises with its log)."""
     import pyopencl as cl
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _stderr_to_debug_log():
         warnings.simplefilter("ignore", cl.CompilerWarning)
         program = program.build(options=options, devices=devices)
     if logger.isEnabledFor(logging.DEBUG):

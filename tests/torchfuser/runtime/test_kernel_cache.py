@@ -132,3 +132,18 @@ def test_clear_cache_forgets_memory_and_optionally_disk(tmp_path, monkeypatch):
     assert torchfuser.cache_stats()["entries"] == 1 and len(entries(tmp_path)) == 1
     torchfuser.clear_cache(disk=True)
     assert torchfuser.cache_stats()["entries"] == 0 and entries(tmp_path) == []
+
+
+def test_a_build_leaves_the_compilers_own_notes_out_of_stderr(capfd):
+    import uuid
+
+    import pyopencl as cl
+
+    from torchfuser.runtime.device import get_device
+    from torchfuser.runtime.kernel_cache import build_quietly
+
+    device = get_device(None)
+    source = (f'#warning "torchfuser test {uuid.uuid4().hex}"\n'  # unique: no driver cache answers it
+              "__kernel void k(__global float* x) { x[0] = 1.0f; }\n")
+    build_quietly(cl.Program(device.context, source), [device.cl_device])
+    assert "warning" not in capfd.readouterr().err
