@@ -14,12 +14,15 @@ import {
   type Bundle,
   type Fallback,
   type Graph,
+  type GraphBreak,
   type GraphNode,
   type Kernel,
   type PassRecord,
   type Report,
+  type Run,
   type Timings
 } from './schema';
+import { changeFromWire } from './pass_change';
 import { checkedNodes, derivedGraph, MalformedReport, passGraphs, Provenance } from './wire_graphs';
 
 export { MalformedReport };
@@ -30,6 +33,64 @@ function isObject(value: unknown): value is Record<string, unknown> {
 
 function list(value: unknown): unknown[] {
   return Array.isArray(value) ? value : [];
+}
+
+function stringOrNull(value: unknown): string | null {
+  return typeof value === 'string' ? value : null;
+}
+
+function strings(value: unknown): string[] {
+  return list(value).filter((s): s is string => typeof s === 'string');
+}
+
+function finiteOrNull(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/** [node id, why] pairs; anything else dropped (absent in older reports: empty). */
+function decodeUnfused(value: unknown): [string, string][] {
+  return list(value)
+    .filter((entry): entry is unknown[] => Array.isArray(entry) && entry.length >= 2)
+    .map(([id, why]) => [String(id), String(why)]);
+}
+
+function decodeGraphBreak(value: unknown): GraphBreak | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  return {
+    reason: String(value.reason ?? ''),
+    explanation: typeof value.explanation === 'string' ? value.explanation : '',
+    hints: strings(value.hints),
+    file: stringOrNull(value.file),
+    line: finiteOrNull(value.line),
+    code: stringOrNull(value.code)
+  };
+}
+
+/** The parts of a report both versions share and this view checks: graph break and recompile reason. */
+function decodeFrameFields(value: Record<string, unknown>): Pick<Report, 'graph_break' | 'recompile_reason'> {
+  return { graph_break: decodeGraphBreak(value.graph_break), recompile_reason: stringOrNull(value.recompile_reason) };
+}
+
+function decodeRun(value: Record<string, unknown>, index: number): Run {
+  return {
+    number: typeof value.number === 'number' ? value.number : index + 1,
+    enabled_passes: strings(value.enabled_passes),
+    reused: Boolean(value.reused),
+    graphs: typeof value.graphs === 'number' ? value.graphs : 0,
+    kernels: list(value.kernels)
+      .filter(isObject)
+      .map(k => ({
+        name: String(k.name ?? ''),
+        kind: String(k.kind ?? ''),
+        uses: typeof k.uses === 'number' ? k.uses : 0,
+        seconds_per_call: typeof k.seconds_per_call === 'number' ? k.seconds_per_call : 0
+      })),
+    eager_seconds: finiteOrNull(value.eager_seconds),
+    compiled_seconds: finiteOrNull(value.compiled_seconds),
+    speedup: finiteOrNull(value.speedup)
+  };
 }
 
 const NO_TIMINGS: Timings = { eager_seconds: null, compiled_seconds: null, speedup: null };
@@ -71,12 +132,15 @@ function decodeReportV1(value: Record<string, unknown>): Report {
   const graphs = isObject(value.graphs) ? value.graphs : {};
   return {
     ...(value as unknown as Report),
+    ...decodeFrameFields(value),
     title: typeof value.title === 'string' ? value.title : 'graph',
     graphs: { captured: normalizeGraphV1(graphs.captured), aten: normalizeGraphV1(graphs.aten) },
     passes: list(value.passes)
       .filter(isObject)
       .map(p => ({
         ...(p as unknown as PassRecord),
+        change: undefined, // derived from the two graphs when first asked (pass_change.ts)
+        unfused: decodeUnfused(p.unfused),
         stats: isObject(p.stats) ? (p.stats as Record<string, number>) : {},
         graph_before: normalizeGraphV1(p.graph_before),
         graph_after: normalizeGraphV1(p.graph_after)
@@ -137,6 +201,7 @@ function decodeReportV2(value: Record<string, unknown>): Report {
   delete rest.kernel_sources;
   return {
     ...(rest as unknown as Report),
+    ...decodeFrameFields(value),
     title: typeof wire.title === 'string' ? wire.title : 'graph',
     graphs: { captured: captured.graph, aten: aten.graph },
     passes: passes.map((p, i) => {
@@ -152,6 +217,8 @@ function decodeReportV2(value: Record<string, unknown>): Report {
         seconds: typeof p.seconds === 'number' ? p.seconds : 0,
         stats,
         error,
+        change: changeFromWire(p.change),
+        unfused: decodeUnfused(p.unfused),
         graph_before: chain[i].before,
         graph_after: chain[i].after
       };
@@ -201,12 +268,13 @@ export function decodeBundle(value: unknown): Bundle {
       kind: BUNDLE_KIND,
       schema_version: version as number,
       pipeline: pipeline.length ? pipeline : pipelineOf(reports),
-      reports
+      reports,
+      runs: list(value.runs).filter(isObject).map(decodeRun)
     };
   }
   if (isObject(value) && 'passes' in value) {
     const report = decodeReport(value);
-    return { kind: BUNDLE_KIND, schema_version: report.schema_version, pipeline: pipelineOf([report]), reports: [report] };
+    return { kind: BUNDLE_KIND, schema_version: report.schema_version, pipeline: pipelineOf([report]), reports: [report], runs: [] };
   }
   throw new Error('Not a TorchFuser explorer bundle');
 }

@@ -13,17 +13,22 @@ import {
   type DisplayGraph
 } from './collapse';
 import { clear, el } from './dom';
-import { findCounterparts, indexOf, kernelFillColors, kernelForNode, kernelNodeIds, type GraphIndex } from './graph_index';
+import { findCounterparts, indexOf, kernelFillColors, kernelForNode, type GraphIndex } from './graph_index';
+import { coveredNodeColors, kernelNodesIn } from './kernel_marks';
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
 import { getLayoutEngine, LayoutCache, layoutEngineReady } from './layout_engine';
 import { graphsToCompare, PassList, WHOLE_PIPELINE } from './pass_list';
+import { changeMarks, passChange } from './pass_change';
 import { decodeBundle } from './decode';
+import { renderBreaks } from './graph_breaks';
+import { RunHistory } from './run_history';
 import type { Bundle, Graph, Report } from './schema';
 import { matchNodes } from './search';
 import { SourcePane } from './source_pane';
 import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector, renderShapes } from './summary';
 import { renderTimingBar, safeColor } from './timing_bar';
+import { UserLineList, type UserLine } from './user_lines';
 import { measureSpan } from './user_timing';
 
 export interface ViewHost {
@@ -59,6 +64,8 @@ export class ExplorerView {
   /** Layouts for this view's life: the same DOT is laid out once. */
   readonly layouts = new LayoutCache();
   private selectedKernel: string | null = null;
+  /** The kernels of the user line chosen in the list (their nodes highlighted in the graphs). */
+  private lineKernels: string[] = [];
   private readonly sides: Record<Side, SideState> = {
     before: { graph: null, index: null, display: null },
     after: { graph: null, index: null, display: null }
@@ -71,6 +78,9 @@ export class ExplorerView {
   private readonly kernelSlot = el('div', { className: 'jp-torchfuser-kernel-slot' });
   private readonly timingSlot = el('div', { className: 'jp-torchfuser-timing-slot' });
   private readonly fallbackSlot = el('div', { className: 'jp-torchfuser-fallback-slot' });
+  private readonly breaksSlot = el('div', { className: 'jp-torchfuser-breaks-slot' });
+  private readonly runHistory = new RunHistory();
+  private readonly userLineList = new UserLineList(line => this.selectUserLine(line));
   private readonly errorSlot = el('div', { className: 'jp-torchfuser-error', attrs: { role: 'alert' } });
   private kernelColorMap = new Map<string, string>();
   private drawing: Promise<void> = Promise.resolve();
@@ -102,8 +112,9 @@ export class ExplorerView {
       this.errorSlot,
       this.headerSlot,
       el('div', { className: 'jp-torchfuser-body' }, [
-        el('div', { className: 'jp-torchfuser-sidebar' }, [this.passList.node, this.kernelSlot]),
+        el('div', { className: 'jp-torchfuser-sidebar' }, [this.passList.node, this.kernelSlot, this.userLineList.node, this.runHistory.node]),
         el('div', { className: 'jp-torchfuser-main' }, [
+          this.breaksSlot,
           this.toolbar.node,
           el('div', { className: 'jp-torchfuser-graphs' }, [this.panes.before.node, this.panes.after.node]),
           this.timingSlot,
@@ -144,6 +155,7 @@ export class ExplorerView {
       this.reportIndex = 0;
     }
     this.selectedKernel = null;
+    this.lineKernels = [];
     this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
@@ -170,6 +182,7 @@ export class ExplorerView {
   selectReport(index: number): void {
     this.reportIndex = index;
     this.selectedKernel = null;
+    this.lineKernels = [];
     this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
@@ -217,6 +230,13 @@ export class ExplorerView {
     clear(this.kernelSlot);
     clear(this.timingSlot);
     clear(this.fallbackSlot);
+    clear(this.breaksSlot);
+    const breaks = renderBreaks(this.bundle?.reports ?? [], index => this.selectReport(index));
+    if (breaks) {
+      this.breaksSlot.append(breaks);
+    }
+    this.userLineList.render(report);
+    this.runHistory.render(this.bundle?.runs ?? [], this.bundle?.pipeline ?? []);
     if (report) {
       const selector = renderReportSelector(
         (this.bundle?.reports ?? []).map(r => r.title),
@@ -299,6 +319,7 @@ export class ExplorerView {
       if (token === this.drawToken) {
         this.sizePanes();
         this.paintCoveredNodes();
+        this.markPassChange();
         this.applySearch(false);
         this.applyKernelSelection();
         const detail = {
@@ -314,31 +335,24 @@ export class ExplorerView {
     });
   }
 
-  /**
-   * Graphs recorded before fusion (the ATen graph) may carry no group colours:
-   * paint the nodes each kernel covers in that kernel's colour, so fused groups
-   * match on both sides.
-   */
+  /** Kernel colours on the nodes they cover where the graph has none (before fusion). */
   private paintCoveredNodes(): void {
     for (const side of ['before', 'after'] as Side[]) {
       const { index, display } = this.sides[side];
-      if (!index || !display) {
-        continue;
-      }
-      for (const kernel of this.report?.kernels ?? []) {
-        const color = this.kernelColorMap.get(kernel.name);
-        if (!color) {
-          continue;
-        }
-        for (const id of kernel.nodes ?? []) {
-          const node = index.byId.get(id);
-          const uncoloured = node && (node.group === null || node.group === undefined) && !node.kernel;
-          if (uncoloured && display.representative.get(id) === id) {
-            this.panes[side].paintNode(id, safeColor(color));
-          }
+      if (index && display) {
+        for (const [id, color] of coveredNodeColors(index, display, this.report?.kernels ?? [], this.kernelColorMap)) {
+          this.panes[side].paintNode(id, safeColor(color));
         }
       }
     }
+  }
+
+  /** What the selected pass removed, added and rewrote, on the drawn nodes (nothing for the whole pipeline). */
+  private markPassChange(): void {
+    const record = this.report?.passes.find(p => p.name === this.selectedPass);
+    const marks = changeMarks(this.selectedPass === WHOLE_PIPELINE ? null : passChange(record));
+    this.panes.before.markChanges(marks.before);
+    this.panes.after.markChanges(marks.after);
   }
 
   /** Small graphs get short panes; big ones stop at the maximum and pan. */
@@ -397,6 +411,7 @@ export class ExplorerView {
       return;
     }
     this.selectedKernel = null;
+    this.lineKernels = [];
     this.applyKernelSelection();
     const fallback = this.report?.fallbacks.find(f => f.node === node.id);
     this.sourcePane.showNode(node, fallback);
@@ -410,34 +425,40 @@ export class ExplorerView {
       return;
     }
     this.selectedKernel = name;
+    this.lineKernels = [];
     this.sourcePane.showKernel(kernel, this.report?.timings?.calls ?? null);
     this.applyKernelSelection(true);
   }
 
+  /** A user line: its kernels' nodes highlighted in both graphs. */
+  selectUserLine(line: UserLine): void {
+    this.selectedKernel = null;
+    this.lineKernels = line.kernels;
+    this.applyKernelSelection(true);
+    this.userLineList.highlight({ key: line.key });
+  }
+
   private applyKernelSelection(reveal = false): void {
-    const kernel = this.report?.kernels.find(k => k.name === this.selectedKernel);
+    const kernels = this.report?.kernels ?? [];
+    const selected = kernels.filter(k => k.name === this.selectedKernel);
+    const fromLine = kernels.filter(k => this.lineKernels.includes(k.name));
     for (const side of ['before', 'after'] as Side[]) {
-      const state = this.sides[side];
-      let ids: Set<string> = new Set();
-      if (kernel && state.index && state.display) {
-        const raw = new Set(kernelNodeIds(state.index, kernel));
-        if (raw.size === 0) {
-          for (const id of kernel.nodes ?? []) {
-            if (state.index.has(id)) {
-              raw.add(id);
-            }
-          }
-        }
-        ids = toDisplayed(raw, state.display);
-      }
+      const { index, display } = this.sides[side];
+      const ids = kernelNodesIn(index, display, selected);
+      const lineIds = kernelNodesIn(index, display, fromLine);
       this.panes[side].setHighlight('jp-torchfuser-selected', ids);
-      if (reveal && ids.size) {
-        this.panes[side].reveal([...ids][0]);
+      this.panes[side].setHighlight('jp-torchfuser-highlight', lineIds);
+      const first = [...ids, ...lineIds][0];
+      if (reveal && first !== undefined) {
+        this.panes[side].reveal(first);
       }
     }
     this.kernelSlot.querySelectorAll('tr[data-kernel]').forEach(row => {
       row.toggleAttribute('data-selected', row.getAttribute('data-kernel') === this.selectedKernel);
     });
+    if (!this.lineKernels.length) {
+      this.userLineList.highlight({ kernel: this.selectedKernel });
+    }
   }
 
   /**

@@ -162,6 +162,18 @@ export class GraphPane {
     }
   }
 
+  /** data-change on the drawn nodes in `changes` (what the selected pass did to them); cleared elsewhere. */
+  markChanges(changes: Map<string, string>): void {
+    for (const [id, element] of this.nodeElements) {
+      const change = changes.get(id);
+      if (change) {
+        element.setAttribute('data-change', change);
+      } else {
+        element.removeAttribute('data-change');
+      }
+    }
+  }
+
   nodeElement(displayedId: string): Element | undefined {
     return this.nodeElements.get(displayedId);
   }

@@ -5,6 +5,7 @@
  */
 import { clear, el } from './dom';
 import { formatSeconds } from './format';
+import { changedNothing, passChange } from './pass_change';
 import type { Graph, PassRecord, Report } from './schema';
 
 export const WHOLE_PIPELINE = '__pipeline__';
@@ -35,6 +36,28 @@ function otherStats(record: PassRecord | undefined): string {
     .filter(([key]) => key !== 'nodes_before' && key !== 'nodes_after')
     .map(([key, value]) => `${key}: ${String(value)}`)
     .join(', ');
+}
+
+/** What the pass left unfused and why: a count that opens into node: reason lines (null when nothing). */
+function unfusedDetails(record: PassRecord | undefined, open: boolean): HTMLElement | null {
+  const unfused = record?.unfused ?? [];
+  if (!unfused.length) {
+    return null;
+  }
+  const details = el('details', { className: 'jp-torchfuser-unfused', attrs: { 'data-pass': record!.name, open } }, [
+    el('summary', { text: `${unfused.length} left unfused` }),
+    el(
+      'ul',
+      {},
+      unfused.map(([node, why]) =>
+        el('li', { className: 'jp-torchfuser-unfused-node', attrs: { 'data-node': node } }, [
+          el('code', { text: node }),
+          `: ${why}`
+        ])
+      )
+    )
+  ]);
+  return details;
 }
 
 /** Why a pass failed: v2's `error`, or v1's stats.error. */
@@ -95,6 +118,10 @@ export class PassList {
   private readonly list: HTMLElement;
   private readonly rerunButton: HTMLButtonElement;
   private readonly status: HTMLElement;
+  private readonly hideUnchanged: HTMLInputElement;
+  /** Passes whose unfused list the user opened (kept across re-renders). */
+  private readonly openUnfused = new Set<string>();
+  private rendered: Parameters<PassList['render']> | null = null;
 
   constructor(
     private readonly interactive: boolean,
@@ -112,8 +139,11 @@ export class PassList {
     });
     this.rerunButton.addEventListener('click', () => this.handlers.onRerun());
     this.status = el('div', { className: 'jp-torchfuser-status', attrs: { role: 'status' } });
+    this.hideUnchanged = el('input', { className: 'jp-torchfuser-hide-unchanged', attrs: { type: 'checkbox' } });
+    this.hideUnchanged.addEventListener('change', () => this.rendered && this.render(...this.rendered));
     this.node = el('div', { className: 'jp-torchfuser-pass-panel' }, [
       el('div', { className: 'jp-torchfuser-subtitle', text: 'Passes' }),
+      el('label', { className: 'jp-torchfuser-hide-unchanged-label' }, [this.hideUnchanged, ' hide passes that changed nothing']),
       this.list,
       el('div', { className: 'jp-torchfuser-rerun-row' }, [this.rerunButton, this.status]),
       interactive
@@ -125,9 +155,25 @@ export class PassList {
     ]);
     this.list.addEventListener('change', this.onChange);
     this.list.addEventListener('click', this.onClick);
+    this.list.addEventListener(
+      'toggle',
+      event => {
+        const details = event.target as HTMLDetailsElement;
+        const name = details.getAttribute?.('data-pass');
+        if (name) {
+          if (details.open) {
+            this.openUnfused.add(name);
+          } else {
+            this.openUnfused.delete(name);
+          }
+        }
+      },
+      true // toggle does not bubble
+    );
   }
 
   render(report: Report | null, pipeline: string[], enabled: Set<string>, selected: string): void {
+    this.rendered = [report, pipeline, enabled, selected];
     clear(this.list);
     const records = new Map((report?.passes ?? []).map(p => [p.name, p]));
     const names = [...pipeline, ...[...records.keys()].filter(name => !pipeline.includes(name))];
@@ -152,16 +198,25 @@ export class PassList {
       });
       checkbox.checked = enabled.has(name);
       const seconds = record ? formatSeconds(record.seconds) : '';
+      const unchanged = changedNothing(passChange(record));
       this.list.appendChild(
         el('li', {
           className: 'jp-torchfuser-pass',
-          attrs: { 'data-pass-row': name, 'data-selected': selected === name, 'data-state': passState(record) }
+          attrs: {
+            'data-pass-row': name,
+            'data-pass': name,
+            'data-selected': selected === name,
+            'data-state': passState(record),
+            'data-unchanged': unchanged,
+            hidden: unchanged && this.hideUnchanged.checked && selected !== name
+          }
         }, [
           checkbox,
           el('button', { className: 'jp-torchfuser-pass-name', text: name, attrs: { type: 'button', 'data-select': name } }),
           el('span', { className: 'jp-torchfuser-pass-counts', text: nodeCounts(record) }),
           el('span', { className: 'jp-torchfuser-pass-stats', text: otherStats(record) }),
-          el('span', { className: 'jp-torchfuser-pass-state', text: [passState(record), seconds].filter(Boolean).join(' · ') })
+          el('span', { className: 'jp-torchfuser-pass-state', text: [passState(record), seconds].filter(Boolean).join(' · ') }),
+          unfusedDetails(record, this.openUnfused.has(name))
         ])
       );
     }
@@ -182,9 +237,14 @@ export class PassList {
     }
   };
 
+  /** A click anywhere on a row selects its pass, except on its checkbox or its unfused list. */
   private readonly onClick = (event: Event) => {
-    const button = (event.target as Element).closest?.('[data-select]');
-    const name = button?.getAttribute('data-select');
+    const target = event.target as Element;
+    if (target.closest?.('input, details')) {
+      return;
+    }
+    const row = target.closest?.('[data-pass-row]');
+    const name = row?.getAttribute('data-pass-row');
     if (name) {
       this.handlers.onSelect(name);
     }

@@ -49,6 +49,46 @@ export interface PassRecord {
   graph_after: Graph | null;
   /** Why the pass failed (v1 kept this only as stats.error, which decoding also sets). */
   error?: string | null;
+  /** What the pass did (v2 stores it; for v1 pass_change.ts derives it by diffing the two graphs). */
+  change?: PassChange | null;
+  /** [node id, why] for what the pass would have fused but did not (absent in older reports). */
+  unfused?: [string, string][];
+}
+
+/** Node ids a pass removed, added, or kept but rewrote (changed or moved), as report.schema.json's Change. */
+export interface PassChange {
+  removed: string[];
+  added: string[];
+  rewritten: string[];
+}
+
+/** The graph break that ended a graph: Dynamo's reason and where in the user's code. */
+export interface GraphBreak {
+  reason: string;
+  explanation: string;
+  hints: string[];
+  file: string | null;
+  line: number | null;
+  code: string | null;
+}
+
+/** One (re-)run of the explorer (explorer/runs.py run_record). */
+export interface Run {
+  number: number;
+  enabled_passes: string[];
+  reused: boolean;
+  graphs: number;
+  kernels: RunKernel[];
+  eager_seconds: number | null;
+  compiled_seconds: number | null;
+  speedup: number | null;
+}
+
+export interface RunKernel {
+  name: string;
+  kind: string;
+  uses: number;
+  seconds_per_call: number;
 }
 
 export interface SourceLine {
@@ -133,6 +173,8 @@ export interface Report {
   dynamic?: DynamicSizes | null;
   /** Dynamo's first failed guard when it compiled this frame before (absent or null: a first compile). */
   recompile_reason?: string | null;
+  /** The graph break that ended this graph (absent or null: it ran to the frame's end). */
+  graph_break?: GraphBreak | null;
 }
 
 export interface DynamicSizes {
@@ -146,4 +188,6 @@ export interface Bundle {
   schema_version: number;
   pipeline: string[];
   reports: Report[];
+  /** The explorer's run history, oldest first (empty outside the explorer). */
+  runs: Run[];
 }
