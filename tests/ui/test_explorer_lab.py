@@ -219,6 +219,33 @@ def test_rerun_without_gemm_epilogue_changes_the_after_graph(saved_notebook, art
     live.screenshot(path=str(artifacts_dir / "live-after-rerun.png"))
 
 
+def test_live_widget_shows_runs_pass_changes_and_user_lines(saved_notebook, artifacts_dir):
+    """#16 in the live widget: after the re-run above, two runs compare; a pass row marks what it changed; a
+    user line highlights its kernel nodes."""
+    live = saved_notebook["live"]
+    runs = live.locator(".jp-torchfuser-run")
+    runs.nth(1).wait_for(timeout=30_000)
+    assert runs.count() == 2
+    for i in range(2):
+        runs.nth(i).locator("input.jp-torchfuser-run-pick").check()
+    compare = live.locator(".jp-torchfuser-run-compare")
+    compare.wait_for(timeout=5_000)
+    # fuse_gemm_epilogue off: its GEMM kernels are gone in run 2.
+    assert compare.locator('tbody tr[data-change="removed"]').count() >= 1
+    assert "off: fuse_gemm_epilogue" in compare.inner_text()
+
+    live.locator('.jp-torchfuser-pass[data-pass="fuse_pointwise"] .jp-torchfuser-pass-counts').click()
+    live.locator(f'{DRAWN_AFTER} g.node[data-change="added"]').first.wait_for(timeout=30_000)
+    assert live.locator(f'{DRAWN_BEFORE} g.node[data-change="removed"]').count() >= 1
+
+    live.locator('.jp-torchfuser-pass[data-pass-row="__pipeline__"] .jp-torchfuser-pass-name').click()
+    live.locator(DRAWN_AFTER).wait_for(timeout=30_000)
+    live.locator(".jp-torchfuser-user-line").first.click()
+    live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-highlight").first.wait_for(timeout=5_000)
+    live.screenshot(path=str(artifacts_dir / "live-history.png"))
+    assert not saved_notebook["errors"], saved_notebook["errors"]
+
+
 def test_hostile_names_in_lab_run_nothing(saved_notebook):
     page = saved_notebook["page"]
     # The second cell displays the hostile report through the MIME renderer alone.
@@ -233,6 +260,8 @@ def test_torchfuse_magic_with_a_graph_break_offers_both_graphs(saved_notebook, a
     page = saved_notebook["page"]
     magic_view = _cell(page, 3).locator(LIVE)
     magic_view.locator(DRAWN_AFTER).wait_for(timeout=120_000)
+    breaks = magic_view.locator(".jp-torchfuser-breaks .jp-torchfuser-break-code")
+    assert 'print("a graph break")' in breaks.all_inner_texts()
     select = magic_view.locator("select.jp-torchfuser-report-select")
     assert select.locator("option").count() >= 2
     first_title = magic_view.locator(".jp-torchfuser-title").inner_text()
