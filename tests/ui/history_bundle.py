@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "torchfuser" / "report" / "report.schema.json"
 REPORT_MIME = "application/vnd.torchfuser.report+json"
@@ -24,9 +26,6 @@ def scaled_then_printed(x, w):
 
 
 def history_bundle() -> dict:
-    global torch
-    import torch
-
     import explorer
 
     torch.manual_seed(0)

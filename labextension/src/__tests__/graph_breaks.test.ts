@@ -55,7 +55,7 @@ describe('graph breaks and recompiles', () => {
     expect(document.querySelector('.jp-torchfuser-breaks')).toBeNull();
   });
 
-  it('renders hostile text as text and runs nothing', async () => {
+  it('renders hostile text (breaks, recompiles, unfused reasons, runs) as text and runs nothing', async () => {
     const bundle = loadFixture('mlp_bundle.json');
     bundle.reports[0].graph_break = {
       reason: HOSTILE,
@@ -66,7 +66,17 @@ describe('graph breaks and recompiles', () => {
       code: HOSTILE
     };
     bundle.reports[0].recompile_reason = HOSTILE;
+    bundle.reports[0].passes[0].unfused = [[HOSTILE, HOSTILE]];
+    const kernel = { name: HOSTILE, kind: HOSTILE, uses: 1, seconds_per_call: 1e-6 };
+    bundle.runs = [1, 2].map(number => ({ number, enabled_passes: [HOSTILE], reused: false, graphs: 1, kernels: [kernel], eager_seconds: null, compiled_seconds: null, speedup: null }));
     await mount(bundle);
+    for (const pick of Array.from(document.querySelectorAll<HTMLInputElement>('input.jp-torchfuser-run-pick'))) {
+      pick.checked = true;
+      pick.dispatchEvent(new Event('change', { bubbles: true }));
+    }
+    expect(document.querySelector('.jp-torchfuser-run-compare')!.textContent).toContain(HOSTILE);
+    expect(document.querySelector('.jp-torchfuser-unfused li')!.textContent).toBe(`${HOSTILE}: ${HOSTILE}`);
+    expect(document.querySelector('.jp-torchfuser-view img, .jp-torchfuser-view script')).toBeNull();
     const breaks = document.querySelector('.jp-torchfuser-breaks')!;
     expect(breaks.querySelector('img, script')).toBeNull();
     expect(breaks.querySelector('.jp-torchfuser-break-reason')!.textContent).toBe(`graph break: ${HOSTILE}`);
