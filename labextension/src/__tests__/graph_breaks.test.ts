@@ -122,5 +122,9 @@ describe('user lines → kernels', () => {
     const marked = Array.from(document.querySelectorAll('.jp-torchfuser-user-line.jp-torchfuser-highlight'));
     expect(marked.length).toBeGreaterThan(0);
     expect(marked.every(l => l.textContent!.includes(name))).toBe(true);
+
+    // Enter on a focused line chooses it too.
+    lines[0].dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
+    expect(document.querySelectorAll('.jp-torchfuser-graph[data-side="after"] g.node.jp-torchfuser-highlight').length).toBeGreaterThan(0);
   });
 });

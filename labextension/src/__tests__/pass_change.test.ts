@@ -105,4 +105,15 @@ describe('pass change in the view', () => {
     expect(unfused.querySelector('summary')!.textContent).toBe('1 left unfused');
     expect(unfused.querySelector('li')!.textContent).toBe('mm_1: the GEMM kernel takes float32 operands only');
   });
+
+  it('keeps a failed pass in view when hiding passes that changed nothing', async () => {
+    const bundle = loadFixture('history_bundle.json');
+    Object.assign(bundle.reports[0].passes[1], { error: 'RuntimeError: boom', change: null, modified: false });
+    await mount(bundle);
+    const hide = document.querySelector('input.jp-torchfuser-hide-unchanged') as HTMLInputElement;
+    hide.checked = true;
+    hide.dispatchEvent(new Event('change', { bubbles: true }));
+    const shown = Array.from(document.querySelectorAll<HTMLElement>('.jp-torchfuser-pass[data-pass]')).filter(r => !r.hidden);
+    expect(shown.map(r => r.getAttribute('data-pass'))).toEqual(['fuse_attention', 'fuse_gemm_epilogue']);
+  });
 });

@@ -198,7 +198,8 @@ export class PassList {
       });
       checkbox.checked = enabled.has(name);
       const seconds = record ? formatSeconds(record.seconds) : '';
-      const unchanged = changedNothing(passChange(record));
+      // A failed pass changed nothing too, but stays in view: its failure is news.
+      const unchanged = changedNothing(passChange(record)) && !passError(record);
       this.list.appendChild(
         el('li', {
           className: 'jp-torchfuser-pass',

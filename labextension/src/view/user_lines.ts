@@ -49,11 +49,18 @@ export class UserLineList {
   private lines: UserLine[] = [];
 
   constructor(private readonly onSelect: (line: UserLine) => void) {
-    this.node.addEventListener('click', event => {
+    const choose = (event: Event) => {
       const row = (event.target as Element).closest?.('.jp-torchfuser-user-line');
       const line = this.lines.find(l => l.key === row?.getAttribute('data-line'));
       if (line) {
         this.onSelect(line);
+      }
+    };
+    this.node.addEventListener('click', choose);
+    this.node.addEventListener('keydown', event => {
+      if ((event as KeyboardEvent).key === 'Enter' || (event as KeyboardEvent).key === ' ') {
+        event.preventDefault();
+        choose(event);
       }
     });
   }
