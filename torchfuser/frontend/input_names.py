@@ -11,7 +11,7 @@ import re
 
 import torch.fx as fx
 
-INPUT_NAME = "torchfuser_input"  # node.meta key: the user's name for a graph input
+from torchfuser.ir.aten import INPUT_NAME
 _ROOT = re.compile(r"^[LG]\['([^']*)'\]")
 _MODULE_PART = re.compile(r"\._(?:modules|parameters|buffers)\['([^']*)'\]")
 _ITEM = re.compile(r"\[(?:'([^']*)'|(\d+))\]")

@@ -17,3 +17,4 @@ RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 # node.meta key: the placeholder is a parameter of the model (lowering marks it; a weight changes between
 # calls only by an optimiser step or an in-place update, which bumps its version)
 WEIGHT = "torchfuser_weight"
+INPUT_NAME = "torchfuser_input"  # node.meta key of a graph input: the user's name for it (frontend/input_names.py)

@@ -12,7 +12,7 @@ import re
 import torch
 import torch.fx as fx
 
-from torchfuser.frontend.input_names import INPUT_NAME
+from torchfuser.ir.aten import INPUT_NAME
 from torchfuser.ir.dtypes import DTYPE_NAMES
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.symbolic import text as symbolic_text
