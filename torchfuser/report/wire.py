@@ -124,8 +124,8 @@ def encode_kernels(kernels: list[dict], interner: Interner) -> tuple[dict, list[
     entries = []
     for kernel in kernels:
         kernel = dict(kernel)
-        sources.setdefault(kernel["cache_key"], {"source": kernel.pop("source"), "spec": kernel.pop("spec")})
-        kernel.pop("source", None), kernel.pop("spec", None)
+        shared = {"source": kernel.pop("source"), "spec": kernel.pop("spec")}  # equal keys: equal sources
+        sources.setdefault(kernel["cache_key"], shared)
         kernel["sources"] = [list(interner.provenance(s)) for s in kernel["sources"]]
         entries.append(kernel)
     return sources, entries
