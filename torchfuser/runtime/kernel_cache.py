@@ -37,10 +37,18 @@ _DRIVER_CACHED = b"built from source; the driver's own cache holds the binary"
 
 
 
+_STDERR_REDIRECT = threading.Lock()  # one redirect at a time: two overlapping ones would not restore fd 2
+
+
 @contextlib.contextmanager
 def _stderr_to_debug_log():
     """The process's stderr (file descriptor 2) goes to the debug log meanwhile: PoCL's compiler writes
     "N warnings generated." there itself, below Python, into a user's terminal or notebook."""
+    with _STDERR_REDIRECT:
+        yield from _redirected_stderr()
+
+
+def _redirected_stderr():
     sys.stderr.flush()
     try:
         saved = os.dup(2)

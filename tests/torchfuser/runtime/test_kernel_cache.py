@@ -141,3 +141,15 @@ def test_a_build_leaves_the_compilers_own_notes_out_of_stderr(capfd):
               "__kernel void k(__global float* x) { x[0] = 1.0f; }\n")
     build_quietly(cl.Program(device.context, source), [device.cl_device])
     assert "warning" not in capfd.readouterr().err
+
+    # builds in several threads at once leave stderr where it was
+    import threading
+
+    before = os.fstat(2).st_ino
+    threads = [threading.Thread(target=build_quietly, args=(cl.Program(device.context, source.replace(
+        "torchfuser test", f"torchfuser thread {n}")), [device.cl_device])) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert os.fstat(2).st_ino == before
