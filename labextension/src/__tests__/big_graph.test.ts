@@ -10,7 +10,7 @@ import { decodeBundle } from '../view/decode';
 import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
 import { WHOLE_PIPELINE } from '../view/pass_list';
-import { loadFixture, stubGraphviz } from './fixtures';
+import { loadFixture, mountView, stubGraphviz } from './fixtures';
 import { syntheticV2Bundle } from './synthetic_v2';
 
 const LAYERS = 80;
@@ -25,13 +25,7 @@ const click = (side: string, id: string) =>
     .querySelector('text')!
     .dispatchEvent(new MouseEvent('click', { bubbles: true }));
 
-async function mount(value: unknown = bundle): Promise<ExplorerView> {
-  const view = new ExplorerView({ interactive: false });
-  document.body.appendChild(view.node);
-  view.setBundle(value);
-  await view.whenDrawn();
-  return view;
-}
+const mount = (value: unknown = bundle): Promise<ExplorerView> => mountView(value);
 
 beforeAll(() => {
   // jsdom does not lay out SVG: measure the stub's boxes from their polygon points.

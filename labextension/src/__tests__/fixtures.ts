@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { attributeLists, parseAttributeList } from '../view/dot_text';
+import { ExplorerView, type ViewHost } from '../view/explorer_view';
 import type { LayoutEngine } from '../view/layout_engine';
 
 export function loadFixture(name: string): any {
@@ -51,3 +52,12 @@ export const stubGraphviz: LayoutEngine & { calls: string[] } = {
     );
   }
 };
+
+/** An explorer view in the document, drawn from `bundle`. */
+export async function mountView(bundle: unknown, host: ViewHost = { interactive: false }): Promise<ExplorerView> {
+  const view = new ExplorerView(host);
+  document.body.appendChild(view.node);
+  view.setBundle(bundle);
+  await view.whenDrawn();
+  return view;
+}

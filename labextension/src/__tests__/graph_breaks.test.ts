@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
 import { userLines } from '../view/user_lines';
-import { loadFixture, stubGraphviz } from './fixtures';
+import { loadFixture, mountView, stubGraphviz } from './fixtures';
 
 const HOSTILE = '<img src=x onerror="window.__x=1">';
 
@@ -17,13 +17,7 @@ declare global {
   }
 }
 
-async function mount(bundle: unknown): Promise<ExplorerView> {
-  const view = new ExplorerView({ interactive: false });
-  document.body.appendChild(view.node);
-  view.setBundle(bundle);
-  await view.whenDrawn();
-  return view;
-}
+const mount = mountView;
 
 beforeEach(() => {
   setLayoutEngine(stubGraphviz);

@@ -5,11 +5,10 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { decodeBundle } from '../view/decode';
-import { ExplorerView } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
 import { changedNothing, diffGraphs, longestIncreasing, passChange } from '../view/pass_change';
 import type { Graph, GraphNode } from '../view/schema';
-import { loadFixture, loadRepoFixture, stubGraphviz } from './fixtures';
+import { loadFixture, loadRepoFixture, mountView, stubGraphviz } from './fixtures';
 
 function node(id: string, label = id): GraphNode {
   return { id, op: 'call_function', target: id, label, shape: null, dtype: null, group: null, kernel: null, module: '', module_type: '', file: null, line: null, code: null };
@@ -58,13 +57,7 @@ describe('pass change', () => {
 });
 
 describe('pass change in the view', () => {
-  async function mount(bundle: unknown): Promise<ExplorerView> {
-    const view = new ExplorerView({ interactive: false });
-    document.body.appendChild(view.node);
-    view.setBundle(bundle);
-    await view.whenDrawn();
-    return view;
-  }
+  const mount = mountView;
 
   const marked = (side: string, change: string) =>
     Array.from(document.querySelectorAll(`.jp-torchfuser-graph[data-side="${side}"] g.node[data-change="${change}"]`)).map(g =>

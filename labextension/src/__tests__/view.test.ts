@@ -1,15 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ExplorerView, type ViewHost } from '../view/explorer_view';
 import { setLayoutEngine } from '../view/layout_engine';
-import { loadFixture, stubGraphviz } from './fixtures';
+import { loadFixture, mountView, stubGraphviz } from './fixtures';
 
-async function mount(fixture = 'mlp_bundle.json', host: ViewHost = { interactive: true }) {
-  const view = new ExplorerView(host);
-  document.body.appendChild(view.node);
-  view.setBundle(loadFixture(fixture));
-  await view.whenDrawn();
-  return view;
-}
+const mount = (fixture = 'mlp_bundle.json', host: ViewHost = { interactive: true }) =>
+  mountView(loadFixture(fixture), host);
 
 const q = (selector: string) => document.querySelector(selector);
 const qa = (selector: string) => Array.from(document.querySelectorAll(selector));

@@ -6,6 +6,8 @@
  * here may come from user code: render as text only.
  */
 
+import type { WireGraphBreak, WireRun, WireRunKernel } from '../generated/report_types';
+
 export const REPORT_MIME_TYPE = 'application/vnd.torchfuser.report+json';
 export const BUNDLE_KIND = 'torchfuser.explorer';
 /** The wire versions decode.ts reads. */
@@ -62,34 +64,10 @@ export interface PassChange {
   rewritten: string[];
 }
 
-/** The graph break that ended a graph: Dynamo's reason and where in the user's code. */
-export interface GraphBreak {
-  reason: string;
-  explanation: string;
-  hints: string[];
-  file: string | null;
-  line: number | null;
-  code: string | null;
-}
-
-/** One (re-)run of the explorer (explorer/runs.py run_record). */
-export interface Run {
-  number: number;
-  enabled_passes: string[];
-  reused: boolean;
-  graphs: number;
-  kernels: RunKernel[];
-  eager_seconds: number | null;
-  compiled_seconds: number | null;
-  speedup: number | null;
-}
-
-export interface RunKernel {
-  name: string;
-  kind: string;
-  uses: number;
-  seconds_per_call: number;
-}
+/** Decoded as they come on the wire (report.schema.json's GraphBreak, Run and RunKernel). */
+export type GraphBreak = WireGraphBreak;
+export type Run = WireRun;
+export type RunKernel = WireRunKernel;
 
 export interface SourceLine {
   module: string;
@@ -101,8 +79,8 @@ export interface SourceLine {
 
 export type CacheStatus = 'hit' | 'miss' | 'disk';
 
-/** inline: in the calling thread (PoCL's basic device, small launches); threaded: the device's workers. */
-export type Lane = 'inline' | 'threaded';
+/** inline: in the calling thread; threaded: the device's workers; split: its work-groups divided between the two. */
+export type Lane = 'inline' | 'threaded' | 'split';
 
 export interface Kernel {
   name: string;
