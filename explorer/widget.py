@@ -161,10 +161,10 @@ class ExplorerWidget(anywidget.AnyWidget):
         self.status = "running"
         try:
             self._reports = list(self._program.run(self.disabled_passes))
-            self.refresh()
-            self._runs.append(run_record(len(self._runs) + 1, self.enabled_passes, self.bundle["reports"],
+            reports = [report_to_dict(r) for r in self._reports]
+            self._runs.append(run_record(len(self._runs) + 1, self.enabled_passes, reports,
                                          reused=bool(getattr(self._program, "reused", False))))
-            self.bundle = {**self.bundle, "runs": list(self._runs)}
+            self._publish(reports)  # one bundle (and one sync to the page) per run
             self._update_display()
         except Exception as error:
             self.status = f"error: {type(error).__name__}: {error}".splitlines()[0]
@@ -174,7 +174,10 @@ class ExplorerWidget(anywidget.AnyWidget):
 
     def refresh(self) -> None:
         """Re-read the reports (launch counts and times grow as the compiled code keeps running)."""
-        self.bundle = make_bundle(self._pipeline, self._reports, self._runs)
+        self._publish([report_to_dict(r) for r in self._reports])
+
+    def _publish(self, reports: list[dict]) -> None:
+        self.bundle = make_bundle(self._pipeline, reports, self._runs)
         if USES_FALLBACK_VIEW:
             self.static_html = self.to_html(compact=True)
 
