@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
+from torchfuser.codegen.source_lines import source_line_nodes
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
 from torchfuser.ir.symbolic import hint_tensor, tensor_has_symbols
@@ -147,13 +148,14 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         built = builts[0]
         seconds = sum(b.build_seconds for b in builts) if status != "hit" else 0.0
         total += seconds
+        covers = list(node.meta.get("torchfuser_covers", []))
         report.kernels.append(KernelEntry(
             name=launch.spec.kernel_name, node=node.name, kind=target.kind, group=target.group,
             cache_key=built.key, source=built.source, cache=status, build_seconds=seconds,
-            spec=launch.spec.key_text(), nodes=list(node.meta.get("torchfuser_covers", [])),
+            spec=launch.spec.key_text(), nodes=covers,
             sources=_dedup([provenance(s) for s in node.meta.get("torchfuser_sources", [])]), tuning=tuning,
             transforms=kind.transforms(launch, fake_inputs) if kind.transforms else [], lane=lane,
-            lane_reason=lane_reason,
+            lane_reason=lane_reason, line_nodes=source_line_nodes(launch.spec, built.source, covers),
         ))
     return total
 

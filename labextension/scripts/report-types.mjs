@@ -17,7 +17,8 @@ export const OUTPUT_PATH = resolve(root, 'src/generated/report_types.ts');
 export const PREFIX = 'Wire';
 
 // Keywords that only constrain values (not their TypeScript shape) or only document.
-const IGNORED = new Set(['$schema', '$id', 'title', 'description', 'minimum', 'minItems', 'maxItems', '$defs']);
+const IGNORED = new Set(['$schema', '$id', 'title', 'description', 'minimum', 'minItems', 'maxItems', '$defs',
+  'propertyNames']);
 const SHAPING = new Set([
   'type', 'const', 'enum', 'properties', 'required', 'additionalProperties', 'items', 'prefixItems', 'anyOf', '$ref'
 ]);

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from torchfuser.ir.dtypes import DTYPES, FLOAT_DTYPES
 from torchfuser.ir.ops import OPS
@@ -106,6 +107,9 @@ class Program:
     outputs: tuple[int, ...]
     # () when every input is read at the element; else one per input: None, a LastDimRead or a GatherRead
     input_reads: tuple = ()
+    # Provenance, not part of the kernel (nor of equality, hashes or cache keys): per value (inputs, then
+    # instructions), the names of the graph nodes it computes; () when the builder was told none.
+    origins: tuple = field(default=(), compare=False, hash=False, repr=False)
 
     @property
     def n_inputs(self) -> int:
@@ -161,13 +165,26 @@ def _arg_text(arg) -> str:
 
 
 class ProgramBuilder:
-    """Appends instructions; hands out value ids; deduplicates identical instructions (CSE)."""
+    """Appends instructions; hands out value ids; deduplicates identical instructions (CSE).
+
+    Inside `producing(names)`, every instruction emitted (or found by CSE) is recorded as computing those
+    graph nodes: the program's `origins`, which the report maps onto the kernel's source lines."""
 
     def __init__(self, input_dtypes=(), input_reads=()):
         self.input_dtypes = list(input_dtypes)
         self.input_reads = list(input_reads) or [None] * len(self.input_dtypes)
         self.instrs: list[Instr] = []
         self._seen: dict[Instr, int] = {}
+        self._origins: dict[int, set[str]] = {}
+        self._producing: tuple[str, ...] = ()
+
+    @contextmanager
+    def producing(self, names):
+        outer, self._producing = self._producing, tuple(names)
+        try:
+            yield
+        finally:
+            self._producing = outer
 
     def add_input(self, dtype: str, read: LastDimRead | GatherRead | None = None) -> int:
         if self.instrs:
@@ -185,11 +202,12 @@ class ProgramBuilder:
 
     def emit(self, op: str, args, dtype: str) -> int:
         ins = Instr(op, tuple(args), dtype)
-        if ins in self._seen:
-            return self._seen[ins]
-        self.instrs.append(ins)
-        vid = len(self.input_dtypes) + len(self.instrs) - 1
-        self._seen[ins] = vid
+        vid = self._seen.get(ins)
+        if vid is None:
+            self.instrs.append(ins)
+            vid = self._seen[ins] = len(self.input_dtypes) + len(self.instrs) - 1
+        if self._producing:
+            self._origins.setdefault(vid, set()).update(self._producing)
         return vid
 
     def cast(self, value, dtype: str):
@@ -203,7 +221,9 @@ class ProgramBuilder:
         """outputs: value ids, or Consts (a copy of a constant, a one-position arange), computed at every element."""
         outputs = [self.emit("cast", (v,), v.dtype) if isinstance(v, Const) else v for v in outputs]
         reads = tuple(self.input_reads) if any(self.input_reads) else ()
-        return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs), reads)
+        n_values = len(self.input_dtypes) + len(self.instrs)
+        origins = tuple(tuple(sorted(self._origins.get(v, ()))) for v in range(n_values)) if self._origins else ()
+        return Program(tuple(self.input_dtypes), tuple(self.instrs), tuple(outputs), reads, origins)
 
 
 def _convert_scalar(value, dtype: str):

@@ -89,7 +89,8 @@ class Lowerer:
         rule = POINTWISE.get(node.target)
         if rule is None:
             raise NotLowerable(f"{node.target} is not an elementwise op the kernels know")
-        return rule(self, node)
+        with self.b.producing([node.name]):
+            return rule(self, node)
 
 
 def lowering_problem(node: fx.Node) -> str | None:

@@ -186,17 +186,18 @@ def lower_region(members: list[fx.Node], outputs: list[fx.Node],
 
     for node, ctx in todo:
         operands = _operand_contexts(node, ctx, dim)
-        if node.target is aten.slice.Tensor:
-            values[(node, ctx)] = value(*operands[0])
-        elif node.target is aten.cat.default:
-            pieces = [(value(a, c), start) for a, c, start in _pieces(node, ctx, dim)]
-            values[(node, ctx)] = _select(builder, node, ctx, pieces)
-        elif node.target is ARANGE:
-            values[(node, ctx)] = _arange(builder, node, ctx)
-        elif node.target is EMBEDDING:
-            values[(node, ctx)] = reads[(node.args[0], _gather(node, reads[(node.args[1], _INDEX)], in_range))]
-        else:
-            values[(node, ctx)] = Lowerer(builder, {a: value(a, c) for a, c in operands}).lower(node)
+        with builder.producing([node.name]):
+            if node.target is aten.slice.Tensor:
+                values[(node, ctx)] = value(*operands[0])
+            elif node.target is aten.cat.default:
+                pieces = [(value(a, c), start) for a, c, start in _pieces(node, ctx, dim)]
+                values[(node, ctx)] = _select(builder, node, ctx, pieces)
+            elif node.target is ARANGE:
+                values[(node, ctx)] = _arange(builder, node, ctx)
+            elif node.target is EMBEDDING:
+                values[(node, ctx)] = reads[(node.args[0], _gather(node, reads[(node.args[1], _INDEX)], in_range))]
+            else:
+                values[(node, ctx)] = Lowerer(builder, {a: value(a, c) for a, c in operands}).lower(node)
     program = builder.build([values[(n, _context(n, IDENTITY, dim))] for n in outputs])
     return program, [a for a, _ in reads], dim
 

@@ -184,13 +184,14 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
                 values[operand] = builder.add_input(dtype_name(operand))
                 inputs.append(_as_2d(graph, m, operand, before=last))
     value = 0
-    if m.alpha != 1:
-        value = builder.emit("mul", (value, Const(float(m.alpha), "float32")), "float32")
-    if bias_id is not None:
-        bias = builder.cast(bias_id, "float32")
-        if m.beta != 1:
-            bias = builder.emit("mul", (bias, Const(float(m.beta), "float32")), "float32")
-        value = builder.emit("add", (value, bias), "float32")
+    with builder.producing([m.gemm.name]):  # addmm's own scaling and bias
+        if m.alpha != 1:
+            value = builder.emit("mul", (value, Const(float(m.alpha), "float32")), "float32")
+        if bias_id is not None:
+            bias = builder.cast(bias_id, "float32")
+            if m.beta != 1:
+                bias = builder.emit("mul", (bias, Const(float(m.beta), "float32")), "float32")
+            value = builder.emit("add", (value, bias), "float32")
     values[m.source] = value
     lowerer = Lowerer(builder, values)
     for node in m.chain:

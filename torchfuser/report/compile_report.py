@@ -35,6 +35,7 @@ class KernelEntry:
     transforms: list[str] = field(default_factory=list)  # one-time constant transforms (weight packing)
     lane: str = "threaded"  # where it runs: "inline" (the calling thread) or "threaded" (the device's workers)
     lane_reason: str = ""
+    line_nodes: dict = field(default_factory=dict)  # 1-based source line -> the graph nodes it computes
 
 
 @dataclass
@@ -97,6 +98,7 @@ class CompileReport:
                 "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
                 "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
                 "tuning": k.tuning, "transforms": list(k.transforms), "lane": k.lane, "lane_reason": k.lane_reason,
+                "line_nodes": {str(line): nodes for line, nodes in k.line_nodes.items()},
             })
         timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
         timings["calls"] = getattr(self.plan, "calls", 0)

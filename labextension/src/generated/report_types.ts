@@ -209,6 +209,8 @@ export interface WireKernel {
   lane: "inline" | "threaded" | "split";
   /** why that lane, with the estimated costs */
   lane_reason: string;
+  /** 1-based line of the kernel's source -> ids of the covered nodes that line computes; lines that compute nothing (braces, parameters) are absent. Absent in reports older than the map */
+  line_nodes?: Record<string, string[]>;
 }
 
 /** [module index, location index or null] */

@@ -148,10 +148,12 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
             prefix=f"{prefix}{v}_", width=16,
         )
         full_tile += loads + body + [f"vstore16({result}, 0, C + m * N + n0 + {16 * v});"]
-    tail = " ".join(_scalar_epilogue(spec, f"{tail_row}[j]") + ["C[m * N + n] = r;"])
-    vector_branch = f"if (n0 + {tn} <= N) {{ {' '.join(full_tile)} }} else " if vector_epilogue else ""
+    # a statement per line: the explorer maps source lines to the graph nodes they compute
+    indent = "\n          "
+    tail = indent.join(_scalar_epilogue(spec, f"{tail_row}[j]") + ["C[m * N + n] = r;"])
+    vector_branch = f"if (n0 + {tn} <= N) {{{indent}{indent.join(full_tile)}\n        }} else " if vector_epilogue else ""
     return (f"{vector_branch}{{ {tail_setup}for (int j = 0; j < {tn} && n0 + j < N; ++j) "
-            f"{{ const {spec.index_type} n = n0 + j; {tail} }} }}")
+            f"{{ const {spec.index_type} n = n0 + j;{indent}{tail}\n        }} }}")
 
 
 def rows_gemm_source(spec: GemmSpec) -> str:

@@ -92,7 +92,8 @@ def specialise(program: Program, lo: int, hi: int) -> tuple[Program, list[int]]:
     for v, ins in enumerate(program.instrs, start=n):
         if v in live and v not in folded:
             args = [resolve(a) for a in ins.args]
-            new[v] = builder.emit(ins.op, [new[a] if isinstance(a, int) else a for a in args], ins.dtype)
+            with builder.producing(program.origins[v] if program.origins else ()):
+                new[v] = builder.emit(ins.op, [new[a] if isinstance(a, int) else a for a in args], ins.dtype)
     outputs = [resolve(v) for v in program.outputs]
     return builder.build([new[v] for v in outputs]), inputs
 

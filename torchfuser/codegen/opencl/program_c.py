@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from torchfuser.codegen.opencl.op_c import VECTOR_SAFE, c_expression, helpers_c, vector_type
 from torchfuser.ir.program import Const, Program
 
 PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+
+# While codegen/source_lines.py traces a generation: the origins of each tagged line, by tag number.
+LINE_TAGS: ContextVar[list | None] = ContextVar("torchfuser_line_tags", default=None)
 
 
 def const_c(const: Const, width: int = 1) -> str:
@@ -21,9 +26,18 @@ def program_statements(program: Program, input_names: list[str], prefix: str = "
         operands = [const_c(a, width) if isinstance(a, Const) else names[a] for a in ins.args]
         name = f"{prefix}{i}"
         expression = c_expression(ins.op, operands, ins.dtype, width)
-        lines.append(f"const {vector_type(ins.dtype, width)} {name} = {expression};")
+        lines.append(tagged(f"const {vector_type(ins.dtype, width)} {name} = {expression};", program, i))
         names.append(name)
     return lines, [names[v] for v in program.outputs]
+
+
+def tagged(line: str, program: Program, value: int) -> str:
+    """The line computing `value`, marked with the nodes it came from while a trace is on."""
+    tags = LINE_TAGS.get()
+    if tags is None or not program.origins or not program.origins[value]:
+        return line
+    tags.append(program.origins[value])
+    return f"{line} /*@tf{len(tags) - 1}*/"  # stripped again by the tracer: never in a built source
 
 
 def vectorisable(program: Program) -> bool:

@@ -12,7 +12,7 @@ are strided over the groups; items beyond the scratch width fold in first), so i
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, VECTOR_SAFE, c_expression, vector_type
-from torchfuser.codegen.opencl.program_c import PREAMBLE, const_c, helpers_for, program_statements
+from torchfuser.codegen.opencl.program_c import PREAMBLE, const_c, helpers_for, program_statements, tagged
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.reduction import GROUP_PER_ROW
 from torchfuser.ir.kernels import ReductionSpec
@@ -413,7 +413,7 @@ def mask_vector_statements(program: Program, input_names: list[str], prefix: str
             expression = c_expression(ins.op, ops, ins.dtype, width)
         name = f"{prefix}{i}"
         c_type = mask if ins.dtype == "bool" else vector_type(ins.dtype, width)
-        lines.append(f"const {c_type} {name} = {expression};")
+        lines.append(tagged(f"const {c_type} {name} = {expression};", program, i))
         names.append(name)
     return lines, [names[v] for v in program.outputs]
 
