@@ -47,6 +47,21 @@ function finiteOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
+/**
+ * A kernel's line -> node ids map, keeping only 1-based line keys and string
+ * ids (absent, or nothing valid: undefined, as in reports older than the map).
+ */
+function decodeLineNodes(value: unknown): Record<string, string[]> | undefined {
+  if (!isObject(value)) {
+    return undefined;
+  }
+  const entries = Object.entries(value)
+    .filter(([line]) => /^[1-9][0-9]*$/.test(line)) // never __proto__ or the like
+    .map(([line, ids]) => [line, strings(ids)] as const)
+    .filter(([, ids]) => ids.length > 0);
+  return entries.length ? Object.fromEntries(entries) : undefined;
+}
+
 /** [node id, why] pairs; anything else dropped (absent in older reports: empty). */
 function decodeUnfused(value: unknown): [string, string][] {
   return list(value)
@@ -145,7 +160,9 @@ function decodeReportV1(value: Record<string, unknown>): Report {
         graph_before: normalizeGraphV1(p.graph_before),
         graph_after: normalizeGraphV1(p.graph_after)
       })),
-    kernels: list(value.kernels) as Kernel[],
+    kernels: list(value.kernels)
+      .filter(isObject)
+      .map(k => ({ ...(k as unknown as Kernel), line_nodes: decodeLineNodes(k.line_nodes) })),
     fallbacks: list(value.fallbacks) as Fallback[],
     timings: isObject(value.timings) ? (value.timings as unknown as Timings) : NO_TIMINGS
   };
@@ -160,6 +177,7 @@ function decodeKernel(kernel: WireKernel, sources: Record<string, WireKernelSour
     source: typeof shared?.source === 'string' ? shared.source : '',
     spec: typeof shared?.spec === 'string' ? shared.spec : '',
     nodes: list(kernel.nodes).filter((id): id is string => typeof id === 'string'),
+    line_nodes: decodeLineNodes(kernel.line_nodes),
     sources: list(kernel.sources).map(ref => {
       const [module, location] = Array.isArray(ref) ? ref : [];
       return provenance.fields(module, location);

@@ -55,3 +55,25 @@ export function clear(element: Element): void {
     element.removeChild(element.firstChild);
   }
 }
+
+/**
+ * Calls `handler` with the element matching `selector` (inside `container`)
+ * that was clicked, or focused when Enter or Space was pressed: for rows drawn
+ * as role=button, one listener for all of them.
+ */
+export function onActivate(container: Element, selector: string, handler: (target: Element) => void): void {
+  const activate = (event: Event) => {
+    const target = (event.target as Element | null)?.closest?.(selector);
+    if (target && container.contains(target)) {
+      handler(target);
+    }
+  };
+  container.addEventListener('click', activate);
+  container.addEventListener('keydown', event => {
+    const key = (event as KeyboardEvent).key;
+    if (key === 'Enter' || key === ' ') {
+      event.preventDefault();
+      activate(event);
+    }
+  });
+}

@@ -14,7 +14,7 @@ import {
 } from './collapse';
 import { clear, el } from './dom';
 import { findCounterparts, indexOf, kernelFillColors, kernelForNode, type GraphIndex } from './graph_index';
-import { coveredNodeColors, kernelNodesIn } from './kernel_marks';
+import { coveredNodeColors } from './kernel_marks';
 import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
 import { getLayoutEngine, LayoutCache, layoutEngineReady } from './layout_engine';
@@ -25,6 +25,8 @@ import { renderBreaks } from './graph_breaks';
 import { RunHistory } from './run_history';
 import type { Bundle, Graph, Report } from './schema';
 import { matchNodes } from './search';
+import { Selection } from './selection';
+import { userLineKeysOf, type SourceLineChoice } from './source_lines';
 import { SourcePane } from './source_pane';
 import { renderFallbacks, renderHeader, renderKernelTable, renderReportSelector, renderShapes } from './summary';
 import { renderTimingBar, safeColor } from './timing_bar';
@@ -63,9 +65,7 @@ export class ExplorerView {
   private matchIndex = 0;
   /** Layouts for this view's life: the same DOT is laid out once. */
   readonly layouts = new LayoutCache();
-  private selectedKernel: string | null = null;
-  /** The kernels of the user line chosen in the list (their nodes highlighted in the graphs). */
-  private lineKernels: string[] = [];
+  private readonly selection = new Selection();
   private readonly sides: Record<Side, SideState> = {
     before: { graph: null, index: null, display: null },
     after: { graph: null, index: null, display: null }
@@ -73,7 +73,7 @@ export class ExplorerView {
   private readonly panes: Record<Side, GraphPane>;
   private readonly passList: PassList;
   private readonly toolbar: GraphToolbar;
-  private readonly sourcePane = new SourcePane();
+  private readonly sourcePane = new SourcePane(choice => this.selectSourceLine(choice));
   private readonly headerSlot = el('div', { className: 'jp-torchfuser-header-slot' });
   private readonly kernelSlot = el('div', { className: 'jp-torchfuser-kernel-slot' });
   private readonly timingSlot = el('div', { className: 'jp-torchfuser-timing-slot' });
@@ -154,8 +154,7 @@ export class ExplorerView {
     if (this.reportIndex >= (this.bundle?.reports.length ?? 0)) {
       this.reportIndex = 0;
     }
-    this.selectedKernel = null;
-    this.lineKernels = [];
+    this.selection.set(null);
     this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
@@ -181,8 +180,7 @@ export class ExplorerView {
 
   selectReport(index: number): void {
     this.reportIndex = index;
-    this.selectedKernel = null;
-    this.lineKernels = [];
+    this.selection.set(null);
     this.collapseChosenByUser = false;
     this.sourcePane.showHint();
     this.renderReport();
@@ -410,8 +408,7 @@ export class ExplorerView {
       this.selectKernel(kernel.name);
       return;
     }
-    this.selectedKernel = null;
-    this.lineKernels = [];
+    this.selection.set(null);
     this.applyKernelSelection();
     const fallback = this.report?.fallbacks.find(f => f.node === node.id);
     this.sourcePane.showNode(node, fallback);
@@ -424,40 +421,45 @@ export class ExplorerView {
     if (!kernel) {
       return;
     }
-    this.selectedKernel = name;
-    this.lineKernels = [];
+    this.selection.set(name);
     this.sourcePane.showKernel(kernel, this.report?.timings?.calls ?? null);
     this.applyKernelSelection(true);
   }
 
   /** A user line: its kernels' nodes highlighted in both graphs. */
   selectUserLine(line: UserLine): void {
-    this.selectedKernel = null;
-    this.lineKernels = line.kernels;
+    this.selection.set(null, line.kernels);
     this.applyKernelSelection(true);
-    this.userLineList.highlight({ key: line.key });
+    this.userLineList.highlight({ keys: [line.key] });
+  }
+
+  /** An OpenCL line of the shown kernel: the nodes it computes, and the user lines they came from. */
+  private selectSourceLine(choice: SourceLineChoice): void {
+    this.selection.set(choice.kernel.name, [], choice);
+    this.applyKernelSelection(true);
   }
 
   private applyKernelSelection(reveal = false): void {
-    const kernels = this.report?.kernels ?? [];
-    const selected = kernels.filter(k => k.name === this.selectedKernel);
-    const fromLine = kernels.filter(k => this.lineKernels.includes(k.name));
+    const { kernel, lineKernels, sourceLine } = this.selection;
     for (const side of ['before', 'after'] as Side[]) {
       const { index, display } = this.sides[side];
-      const ids = kernelNodesIn(index, display, selected);
-      const lineIds = kernelNodesIn(index, display, fromLine);
-      this.panes[side].setHighlight('jp-torchfuser-selected', ids);
-      this.panes[side].setHighlight('jp-torchfuser-highlight', lineIds);
-      const first = [...ids, ...lineIds][0];
+      const { selected, highlighted } = this.selection.nodesIn(index, display, this.report?.kernels ?? []);
+      this.panes[side].setHighlight('jp-torchfuser-selected', selected);
+      this.panes[side].setHighlight('jp-torchfuser-highlight', highlighted);
+      const first = [...highlighted, ...selected][0];
       if (reveal && first !== undefined) {
         this.panes[side].reveal(first);
       }
     }
     this.kernelSlot.querySelectorAll('tr[data-kernel]').forEach(row => {
-      row.toggleAttribute('data-selected', row.getAttribute('data-kernel') === this.selectedKernel);
+      row.toggleAttribute('data-selected', row.getAttribute('data-kernel') === kernel);
     });
-    if (!this.lineKernels.length) {
-      this.userLineList.highlight({ kernel: this.selectedKernel });
+    if (sourceLine) {
+      const keys = userLineKeysOf(this.report, sourceLine);
+      this.userLineList.highlight({ keys });
+      this.sourcePane.highlightUserLines(keys);
+    } else if (!lineKernels.length) {
+      this.userLineList.highlight({ kernel });
     }
   }
 

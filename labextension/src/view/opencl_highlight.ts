@@ -32,10 +32,11 @@ const BUILTINS = new Set([
   'vload8', 'vstore8', 'vload16', 'vstore16', 'select', 'clamp', 'INFINITY', 'NAN'
 ]);
 
-// Order matters: comments and strings before anything that could start inside them.
+// Order matters: comments and strings before anything that could start inside them. An unclosed
+// block comment runs to the end of the source ((?![\s\S]): with the m flag, $ would end it at the line's end).
 const TOKEN_PATTERN = new RegExp(
   [
-    '(?<comment>//[^\\n]*|/\\*[\\s\\S]*?(?:\\*/|$))',
+    '(?<comment>//[^\\n]*|/\\*[\\s\\S]*?(?:\\*/|(?![\\s\\S])))',
     '(?<string>"(?:[^"\\\\\\n]|\\\\.)*"?|\'(?:[^\'\\\\\\n]|\\\\.)*\'?)',
     '(?<preprocessor>^[ \\t]*#[^\\n]*)',
     '(?<number>0[xX][0-9a-fA-F.]+(?:[pP][+-]?\\d+)?[fFuUlL]*|(?:\\d+\\.?\\d*|\\.\\d+)(?:[eE][+-]?\\d+)?[fFuUlLhH]*)',
@@ -89,18 +90,47 @@ export function tokenizeOpenCL(source: string): Token[] {
   return tokens;
 }
 
+function tokenNode(kind: TokenKind, text: string, ownerDocument: Document): Node {
+  if (kind === 'plain') {
+    return ownerDocument.createTextNode(text);
+  }
+  const span = ownerDocument.createElement('span');
+  span.className = `jp-torchfuser-tok-${kind}`;
+  span.textContent = text;
+  return span;
+}
+
 /** Highlighted source as a fragment of spans and text nodes. */
 export function highlightOpenCL(source: string, ownerDocument: Document = document): DocumentFragment {
   const fragment = ownerDocument.createDocumentFragment();
   for (const token of tokenizeOpenCL(source)) {
-    if (token.kind === 'plain') {
-      fragment.appendChild(ownerDocument.createTextNode(token.text));
-    } else {
-      const span = ownerDocument.createElement('span');
-      span.className = `jp-torchfuser-tok-${token.kind}`;
-      span.textContent = token.text;
-      fragment.appendChild(span);
-    }
+    fragment.appendChild(tokenNode(token.kind, token.text, ownerDocument));
   }
   return fragment;
+}
+
+/**
+ * Highlighted source, one fragment per line (without its newline; no empty
+ * line after a final newline). The whole source is tokenized at once so that
+ * a block comment spanning lines stays a comment on each of them.
+ */
+export function highlightOpenCLLines(source: string, ownerDocument: Document = document): DocumentFragment[] {
+  if (!source) {
+    return [];
+  }
+  const lines = [ownerDocument.createDocumentFragment()];
+  for (const token of tokenizeOpenCL(source)) {
+    token.text.split('\n').forEach((part, i) => {
+      if (i > 0) {
+        lines.push(ownerDocument.createDocumentFragment());
+      }
+      if (part) {
+        lines[lines.length - 1].appendChild(tokenNode(token.kind, part, ownerDocument));
+      }
+    });
+  }
+  if (lines.length > 1 && !lines[lines.length - 1].hasChildNodes()) {
+    lines.pop();
+  }
+  return lines;
 }

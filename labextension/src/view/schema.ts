@@ -84,6 +84,8 @@ export type Lane = 'inline' | 'threaded' | 'split';
 
 export interface Kernel {
   name: string;
+  /** The fused node's id in the graphs after its fusing pass (schema v2). */
+  node?: string;
   kind: string;
   group: number | null;
   cache_key: string;
@@ -100,6 +102,11 @@ export interface Kernel {
   lane?: Lane | string;
   /** Why that lane, with the estimated costs. */
   lane_reason?: string;
+  /**
+   * 1-based line of `source` -> ids of the nodes that line computes (ATen
+   * nodes; lines computing nothing are absent). Absent in older reports.
+   */
+  line_nodes?: Record<string, string[]>;
 }
 
 export interface Fallback {

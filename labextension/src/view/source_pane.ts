@@ -2,12 +2,14 @@
  * The detail pane (.jp-torchfuser-source): for a fused kernel its OpenCL
  * source, cache status, where it ran (its lane, and why), build and launch
  * times and the user source lines it came from; for any other node its op,
- * shape and source line.
+ * shape and source line. A kernel's source lines that compute graph nodes are
+ * buttons (source_lines.ts): choosing one is reported to the view.
  */
-import { appendChildren, clear, el } from './dom';
+import { appendChildren, clear, el, onActivate } from './dom';
 import { formatLocation, formatSeconds, formatShape } from './format';
-import { highlightOpenCL } from './opencl_highlight';
 import type { Fallback, GraphNode, Kernel } from './schema';
+import { nodesOfLine, renderSourceLines, SOURCE_LINE_CLASS, type SourceLineChoice } from './source_lines';
+import { lineKey } from './user_lines';
 
 const CACHE_LABELS: Record<string, string> = {
   hit: 'cache hit (memory)',
@@ -56,7 +58,9 @@ function definitionList(rows: [string, string][]): HTMLElement {
 
 function sourceLine(item: { module?: string; module_type?: string; file: string | null; line: number | null; code: string | null }): HTMLElement {
   const module = item.module ? (item.module_type ? `${item.module} (${item.module_type})` : item.module) : '(top level)';
-  return el('li', { className: 'jp-torchfuser-user-line' }, [
+  // Keyed like the "Your lines" list, so a chosen OpenCL line can highlight it here too.
+  const key = item.file || item.code ? lineKey(item.file, item.line, item.code) : null;
+  return el('li', { className: 'jp-torchfuser-user-line', attrs: { 'data-line': key } }, [
     el('span', { className: 'jp-torchfuser-user-module', text: module }),
     ' ',
     el('span', { className: 'jp-torchfuser-user-location', text: formatLocation(item.file, item.line) }),
@@ -66,13 +70,29 @@ function sourceLine(item: { module?: string; module_type?: string; file: string 
 
 export class SourcePane {
   readonly node: HTMLElement;
+  private kernel: Kernel | null = null;
 
-  constructor() {
+  constructor(onSourceLine: (choice: SourceLineChoice) => void = () => undefined) {
     this.node = el('div', { className: 'jp-torchfuser-source', attrs: { 'data-state': 'empty' } });
+    onActivate(this.node, `.${SOURCE_LINE_CLASS}[data-nodes]`, line => {
+      if (this.kernel) {
+        this.node.querySelectorAll(`.${SOURCE_LINE_CLASS}[data-selected]`).forEach(other => other.removeAttribute('data-selected'));
+        line.setAttribute('data-selected', '');
+        onSourceLine({ kernel: this.kernel, ids: nodesOfLine(line) });
+      }
+    });
     this.showHint();
   }
 
+  /** Highlights the kernel's "From your code" lines whose keys are in `keys` (user_lines.ts lineKey). */
+  highlightUserLines(keys: Set<string>): void {
+    this.node.querySelectorAll('.jp-torchfuser-user-line').forEach(row => {
+      row.classList.toggle('jp-torchfuser-highlight', keys.has(row.getAttribute('data-line') ?? ''));
+    });
+  }
+
   showHint(): void {
+    this.kernel = null;
     clear(this.node);
     this.node.setAttribute('data-state', 'empty');
     this.node.appendChild(
@@ -84,6 +104,7 @@ export class SourcePane {
   }
 
   showKernel(kernel: Kernel, callsPerRun: number | null): void {
+    this.kernel = kernel;
     clear(this.node);
     this.node.setAttribute('data-state', 'kernel');
     this.node.setAttribute('data-kernel', kernel.name);
@@ -109,7 +130,7 @@ export class SourcePane {
     ]);
     const sources = el('ul', { className: 'jp-torchfuser-user-lines' }, (kernel.sources ?? []).map(sourceLine));
     const code = el('pre', { className: 'jp-torchfuser-code' }, [
-      el('code', { className: 'jp-torchfuser-opencl' }, [highlightOpenCL(kernel.source ?? '', this.node.ownerDocument)])
+      el('code', { className: 'jp-torchfuser-opencl' }, renderSourceLines(kernel))
     ]);
     appendChildren(this.node, [
       header,
@@ -128,6 +149,7 @@ export class SourcePane {
   }
 
   showNode(node: GraphNode, fallback: Fallback | undefined): void {
+    this.kernel = null;
     clear(this.node);
     this.node.setAttribute('data-state', 'node');
     this.node.removeAttribute('data-kernel');

@@ -4,7 +4,7 @@
  * the kernels it became. The view highlights a chosen line's kernel nodes in
  * the graphs, and a chosen kernel's lines here.
  */
-import { clear, el } from './dom';
+import { clear, el, onActivate } from './dom';
 import { formatLocation } from './format';
 import type { Kernel, Report } from './schema';
 
@@ -17,7 +17,7 @@ export interface UserLine {
   kernels: string[];
 }
 
-function lineKey(file: string | null, line: number | null, code: string | null): string {
+export function lineKey(file: string | null, line: number | null, code: string | null): string {
   // Without a file, the code text stands for the line (two such lines with equal code are one).
   return file ? `${file}:${line ?? ''}` : `?:${code ?? ''}`;
 }
@@ -49,18 +49,10 @@ export class UserLineList {
   private lines: UserLine[] = [];
 
   constructor(private readonly onSelect: (line: UserLine) => void) {
-    const choose = (event: Event) => {
-      const row = (event.target as Element).closest?.('.jp-torchfuser-user-line');
-      const line = this.lines.find(l => l.key === row?.getAttribute('data-line'));
+    onActivate(this.node, '.jp-torchfuser-user-line', row => {
+      const line = this.lines.find(l => l.key === row.getAttribute('data-line'));
       if (line) {
         this.onSelect(line);
-      }
-    };
-    this.node.addEventListener('click', choose);
-    this.node.addEventListener('keydown', event => {
-      if ((event as KeyboardEvent).key === 'Enter' || (event as KeyboardEvent).key === ' ') {
-        event.preventDefault();
-        choose(event);
       }
     });
   }
@@ -88,11 +80,12 @@ export class UserLineList {
     );
   }
 
-  /** Highlights the lines `kernel` came from (none for null), or exactly `key`. */
-  highlight(selection: { kernel?: string | null; key?: string | null }): void {
+  /** Highlights the lines `kernel` came from (none for null), or exactly the lines in `keys`. */
+  highlight(selection: { kernel?: string | null; keys?: Iterable<string> }): void {
+    const keys = selection.keys ? new Set(selection.keys) : null;
     for (const row of Array.from(this.node.querySelectorAll('.jp-torchfuser-user-line'))) {
       const line = this.lines.find(l => l.key === row.getAttribute('data-line'));
-      const on = selection.key ? line?.key === selection.key : Boolean(selection.kernel && line?.kernels.includes(selection.kernel));
+      const on = keys ? keys.has(line?.key ?? '') : Boolean(selection.kernel && line?.kernels.includes(selection.kernel));
       row.classList.toggle('jp-torchfuser-highlight', on);
     }
   }
