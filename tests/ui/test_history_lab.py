@@ -139,3 +139,46 @@ def test_user_lines_and_kernel_nodes_highlight_each_other(history_view):
     view.locator(f"{AFTER} g.node.jp-torchfuser-kernel").first.click()
     assert highlighted.count() == 0
     page.wait_for_function("el => el.classList.contains('jp-torchfuser-highlight')", arg=line.element_handle())
+
+
+def _report_node_ids(report: dict) -> set[str]:
+    """Every node id of a schema v2 report: its captured and ATen graphs, and what the passes added or rewrote."""
+    ids = {n["id"] for g in report["graphs"].values() if g for n in g["nodes"]}
+    for change in (p.get("change") for p in report["passes"]):
+        ids |= {node["id"] for key in ("added", "rewritten") for _, node in (change or {}).get(key, [])}
+    return ids
+
+
+def test_an_opencl_line_highlights_its_nodes_and_user_lines(history_view, artifacts_dir):
+    bundle, page, view = history_view
+    report = bundle["reports"][0]
+    view.locator('.jp-torchfuser-pass[data-pass-row="__pipeline__"] .jp-torchfuser-pass-name').click()
+    view.locator(AFTER).wait_for(timeout=30_000)
+    view.locator(f"{AFTER} g.node.jp-torchfuser-kernel").first.click()
+    kernel = next(k for k in report["kernels"] if k["name"] == view.locator(".jp-torchfuser-source").get_attribute("data-kernel"))
+    source = report["kernel_sources"][kernel["cache_key"]]["source"]
+    lines = view.locator(".jp-torchfuser-source .jp-torchfuser-source-line")
+    assert lines.evaluate_all("els => els.map(e => e.dataset.line)") == [str(i + 1) for i in range(len(source.splitlines()))]
+    mapped = dict(view.locator(".jp-torchfuser-source-line[data-nodes]").evaluate_all(
+        "els => els.map(e => [e.dataset.line, e.dataset.nodes])"))
+    assert mapped and mapped == {line: " ".join(ids) for line, ids in kernel["line_nodes"].items()}
+    assert {i for ids in mapped.values() for i in ids.split()} <= _report_node_ids(report)
+    # The newline kept in each line (for copying) adds no empty line: a short line is as high as the last
+    # one, which has none (long lines may wrap: Lab's output CSS makes the code pre-wrap).
+    heights = lines.evaluate_all("els => els.map(e => e.getBoundingClientRect().height)")
+    assert {h for h, text in zip(heights, source.splitlines()) if len(text) < 40} == {heights[-1]}
+
+    targets = {n["id"]: n["target"] for n in report["graphs"]["aten"]["nodes"]}
+    number, ids = next((n, ids.split()) for n, ids in mapped.items() if any("view" not in targets[i] for i in ids.split()))
+    line = view.locator(f'.jp-torchfuser-source-line[data-line="{number}"]')
+    line.click()
+    assert line.get_attribute("data-selected") is not None
+    view.locator(f"{BEFORE} g.node.jp-torchfuser-highlight").first.wait_for(timeout=5_000)
+    drawn_before = set(_ids(view, f"{BEFORE} g.node"))
+    assert sorted(_ids(view, f"{BEFORE} g.node.jp-torchfuser-highlight")) == sorted(set(ids) & drawn_before)
+    # After fusion the line's nodes are the kernel's node.
+    assert _ids(view, f"{AFTER} g.node.jp-torchfuser-highlight") == [kernel["node"]]
+    user_lines = view.locator(".jp-torchfuser-user-line.jp-torchfuser-highlight")
+    user_lines.first.wait_for(timeout=5_000)
+    assert all("y = torch.relu(x @ w) * 2 + 1" in text for text in user_lines.all_inner_texts())
+    view.locator(".jp-torchfuser-source").screenshot(path=str(artifacts_dir / "history-source-line.png"))
