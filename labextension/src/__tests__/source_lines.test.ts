@@ -97,6 +97,10 @@ describe('OpenCL source lines', () => {
     // A click on an unmapped line does nothing.
     sourceLine(4).dispatchEvent(new MouseEvent('click', { bubbles: true }));
     expect(highlighted('before')).toEqual(['view_9']);
+    // Other controls in the pane keep their keys.
+    const space = new KeyboardEvent('keydown', { key: ' ', bubbles: true, cancelable: true });
+    q('.jp-torchfuser-spec summary')!.dispatchEvent(space);
+    expect(space.defaultPrevented).toBe(false);
   });
 
   it('maps the nodes through collapsed modules, and keeps the choice across redraws', async () => {

@@ -62,18 +62,22 @@ export function clear(element: Element): void {
  * as role=button, one listener for all of them.
  */
 export function onActivate(container: Element, selector: string, handler: (target: Element) => void): void {
-  const activate = (event: Event) => {
-    const target = (event.target as Element | null)?.closest?.(selector);
-    if (target && container.contains(target)) {
-      handler(target);
-    }
+  const target = (event: Event) => {
+    const found = (event.target as Element | null)?.closest?.(selector);
+    return found && container.contains(found) ? found : null;
   };
-  container.addEventListener('click', activate);
+  container.addEventListener('click', event => {
+    const found = target(event);
+    if (found) {
+      handler(found);
+    }
+  });
   container.addEventListener('keydown', event => {
     const key = (event as KeyboardEvent).key;
-    if (key === 'Enter' || key === ' ') {
-      event.preventDefault();
-      activate(event);
+    const found = key === 'Enter' || key === ' ' ? target(event) : null;
+    if (found) {
+      event.preventDefault(); // Space would scroll; other controls in the container keep their keys
+      handler(found);
     }
   });
 }
