@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from torchfuser.passes import (
     eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms,
+    tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
     PASSES, PIPELINE, Instrument, PassRecord, check_pass_names, kept_ops, register_pass, run_pipeline, unregister_pass,
 )
 
-# siblings first: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
+# numbers Dynamo passes as 0-d tensors (dynamic shapes) first, so that every fusion below sees them as inputs
+register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
+# siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
 register_pass("merge_sibling_gemms", merge_sibling_gemms.merge_sibling_gemms)
 # attention next: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions
 register_pass("fuse_attention", fuse_attention.fuse_attention, handles=fuse_attention.handles,
