@@ -14,7 +14,7 @@ from torchfuser.report.dot import graph_dot
 from torchfuser.report.html import render_html
 from torchfuser.report.snapshot import module_path, source_location
 from torchfuser.report.wire import (SCHEMA_VERSION, Interner, encode_fallback, encode_graph, encode_kernels,
-                                    encode_passes, expand_report, with_fused_groups)
+                                    encode_line_nodes, encode_passes, expand_report, with_fused_groups)
 from torchfuser.version import __version__
 
 
@@ -98,7 +98,7 @@ class CompileReport:
                 "launches": launches, "seconds": mean * launches if mean is not None else 0.0,
                 "mean_seconds": mean, "spec": k.spec, "nodes": list(k.nodes), "sources": list(k.sources),
                 "tuning": k.tuning, "transforms": list(k.transforms), "lane": k.lane, "lane_reason": k.lane_reason,
-                "line_nodes": {str(line): nodes for line, nodes in k.line_nodes.items()},
+                "line_nodes": encode_line_nodes(k.line_nodes),
             })
         timings = {"eager_seconds": None, "compiled_seconds": None, "speedup": None, **self.timings}
         timings["calls"] = getattr(self.plan, "calls", 0)

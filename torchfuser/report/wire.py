@@ -131,6 +131,29 @@ def encode_kernels(kernels: list[dict], interner: Interner) -> tuple[dict, list[
     return sources, entries
 
 
+def encode_line_nodes(line_nodes: dict[int, list[str]]) -> dict[str, list[str]]:
+    """line -> nodes as runs: consecutive lines naming the same nodes become one "first-last" key (a GEMM's
+    tile loop is a hundred lines of one matmul)."""
+    runs: list[list] = []  # [first, last, nodes]
+    for line in sorted(line_nodes):
+        nodes = list(line_nodes[line])
+        if runs and runs[-1][1] == line - 1 and runs[-1][2] == nodes:
+            runs[-1][1] = line
+        else:
+            runs.append([line, line, nodes])
+    return {(f"{a}-{b}" if b > a else str(a)): nodes for a, b, nodes in runs}
+
+
+def expand_line_nodes(encoded: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The inverse of encode_line_nodes, one key per line."""
+    lines = {}
+    for key, nodes in encoded.items():
+        first, _, last = key.partition("-")
+        for line in range(int(first), int(last or first) + 1):
+            lines[str(line)] = list(nodes)
+    return lines
+
+
 def encode_fallback(fallback: dict, interner: Interner) -> dict:
     module, location = interner.provenance(fallback)
     return {"op": fallback["op"], "node": fallback["node"], "reason": fallback["reason"], "module": module,
@@ -168,7 +191,8 @@ def expand_report(report: dict) -> dict:
     for k in report["kernels"]:
         shared = report["kernel_sources"].get(k["cache_key"], {"source": "", "spec": ""})
         kernels.append({**k, "source": shared["source"], "spec": shared["spec"],
-                        "sources": [provenance.fields(m, loc) for m, loc in k["sources"]]})
+                        "sources": [provenance.fields(m, loc) for m, loc in k["sources"]],
+                        "line_nodes": expand_line_nodes(k.get("line_nodes", {}))})
     fallbacks = [{"op": f["op"], "node": f["node"], "reason": f["reason"], **provenance.fields(f["module"], f["location"])}
                  for f in report["fallbacks"]]
     drawn_aten = with_fused_groups(aten, (graphs.get("aten") or {}).get("fused_into", {})) if aten else None

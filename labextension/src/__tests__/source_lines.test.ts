@@ -159,6 +159,12 @@ describe('decoding and splitting', () => {
     expect(decodeBundle(bundleWithMap(null)).reports[0].kernels.find(k => k.name === KERNEL)!.line_nodes).toBeUndefined();
   });
 
+  it('expands runs of lines ("first-last", inclusive) into one key per line', () => {
+    const bundle = bundleWithMap({ '3-5': ['addmm_1'], '7': ['add_2'], '9-8': ['x'], '2-': ['y'] });
+    const kernel = decodeBundle(bundle).reports[0].kernels.find(k => k.name === KERNEL)!;
+    expect(kernel.line_nodes).toEqual({ '3': ['addmm_1'], '4': ['addmm_1'], '5': ['addmm_1'], '7': ['add_2'] });
+  });
+
   it('splits highlighted source into lines, a block comment staying a comment on each', () => {
     const lines = highlightOpenCLLines('/* a\n b */ int x;\nfloat y;\n');
     expect(lines).toHaveLength(3); // no empty line after the final newline

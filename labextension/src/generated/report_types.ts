@@ -209,7 +209,7 @@ export interface WireKernel {
   lane: "inline" | "threaded" | "split";
   /** why that lane, with the estimated costs */
   lane_reason: string;
-  /** 1-based line of the kernel's source -> ids of the covered nodes that line computes; lines that compute nothing (braces, parameters) are absent. Absent in reports older than the map */
+  /** 1-based line of the kernel's source, or a run of lines 'first-last' (inclusive) -> ids of the covered nodes each of those lines computes; lines that compute nothing (braces, parameters) are absent. Absent in reports older than the map */
   line_nodes?: Record<string, string[]>;
 }
 

@@ -51,14 +51,26 @@ function finiteOrNull(value: unknown): number | null {
  * A kernel's line -> node ids map, keeping only 1-based line keys and string
  * ids (absent, or nothing valid: undefined, as in reports older than the map).
  */
+const MAX_RUN_LINES = 100_000; // a kernel's source is far shorter: a bad run cannot make the view loop for long
+
+/** One key per line: the wire's "first-last" runs expanded (other keys, never __proto__ or the like, dropped). */
 function decodeLineNodes(value: unknown): Record<string, string[]> | undefined {
   if (!isObject(value)) {
     return undefined;
   }
-  const entries = Object.entries(value)
-    .filter(([line]) => /^[1-9][0-9]*$/.test(line)) // never __proto__ or the like
-    .map(([line, ids]) => [line, strings(ids)] as const)
-    .filter(([, ids]) => ids.length > 0);
+  const entries: [string, string[]][] = [];
+  for (const [key, ids] of Object.entries(value)) {
+    const run = /^([1-9][0-9]*)(?:-([1-9][0-9]*))?$/.exec(key);
+    const nodes = strings(ids);
+    if (!run || !nodes.length) {
+      continue;
+    }
+    const first = Number(run[1]);
+    const last = run[2] === undefined ? first : Math.min(Number(run[2]), first + MAX_RUN_LINES);
+    for (let line = first; line <= last; line++) {
+      entries.push([String(line), nodes]);
+    }
+  }
   return entries.length ? Object.fromEntries(entries) : undefined;
 }
 

@@ -4,6 +4,7 @@ import torch.nn as nn
 
 import torchfuser
 from torchfuser.codegen.source_lines import source_line_nodes
+from torchfuser.report.wire import encode_line_nodes, expand_line_nodes
 
 
 class Block(nn.Module):
@@ -38,11 +39,10 @@ def graph_node_ids(report) -> set[str]:
 def check_map(report):
     """Every mapped line is a real line and maps to nodes that exist; every kernel maps its work."""
     ids = graph_node_ids(report)
-    data = report.to_dict()
+    data = report.expanded()  # the wire's runs of lines expanded, as a reader sees them
     assert data["kernels"], "nothing compiled"
     for kernel in data["kernels"]:
-        source = data["kernel_sources"][kernel["cache_key"]]["source"]
-        lines = source.split("\n")
+        lines = kernel["source"].split("\n")
         mapped = {int(line): nodes for line, nodes in kernel["line_nodes"].items()}
         assert mapped, f"{kernel['name']}: no line maps to a node"
         for line, nodes in mapped.items():
@@ -101,7 +101,7 @@ def test_attention_and_backward_graphs_are_mapped():
     assert len(reports) == 2  # forward and backward
     for report in reports:
         check_map(report)
-    forward = reports[0].to_dict()
+    forward = reports[0].expanded()
     assert any(k["kind"] == "attention" for k in forward["kernels"])
 
 
@@ -112,3 +112,10 @@ def test_a_source_that_does_not_regenerate_exactly_gets_no_map():
     ((spec, _lane),) = report.plan.built
     assert source_line_nodes(spec, kernel.source, kernel.nodes) == kernel.line_nodes != {}
     assert source_line_nodes(spec, kernel.source + "\n", kernel.nodes) == {}
+
+
+def test_wire_runs_of_lines_round_trip():
+    lines = {3: ["mm"], 4: ["mm"], 5: ["mm"], 7: ["mm"], 8: ["relu"], 9: ["mm", "relu"]}
+    encoded = encode_line_nodes(lines)
+    assert encoded == {"3-5": ["mm"], "7": ["mm"], "8": ["relu"], "9": ["mm", "relu"]}
+    assert expand_line_nodes(encoded) == {str(k): v for k, v in lines.items()}
