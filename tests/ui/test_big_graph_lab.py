@@ -166,6 +166,13 @@ def test_expanding_a_layer_shows_its_nodes(big_view, artifacts_dir):
     timings = big_view["timings"]
     (artifacts_dir / "big_graph_timings.json").write_text(json.dumps(timings, indent=1))
     print(f"\nbig graph: expanding h.7 took {expand_ms:.0f} ms (click to both panes drawn); all: {timings}")
+    # Selecting the pass marks the boxes hiding what it changed, and the expanded layer's own nodes (#16).
+    view.locator('.jp-torchfuser-pass[data-pass="fuse_pointwise"] .jp-torchfuser-pass-counts').click()
+    view.locator(f'{BEFORE} g.node[data-node-id="module:h.6"][data-change="mixed"]').wait_for(timeout=30_000)
+    assert int(view.locator(f'{BEFORE} g.node[data-node-id="module:h.6"]').get_attribute("data-change-count")) > 8
+    assert view.locator(f'{BEFORE} g.node[data-node-id="gelu_tanh_5_7"]').get_attribute("data-change") == "removed"
+    assert view.locator(f'{AFTER} g.node[data-node-id="tf_pointwise_7"]').get_attribute("data-change") == "added"
+    assert view.locator(f'{BEFORE} g.node[data-node-id="module:wte"]').get_attribute("data-change") is None
     assert not big_view["errors"], big_view["errors"]
 
 

@@ -1,10 +1,11 @@
 /**
  * Big graphs stay interactive: a ~5,000-node report opens collapsed to the
  * module depth that fits the box budget, expands module by module, search
- * centres its matches, and no DOT is laid out twice in a view's life.
+ * centres its matches, no DOT is laid out twice in a view's life, and what a
+ * pass changed shows on the module boxes that hide the changed nodes.
  */
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { memberPaths, moduleEntries } from '../view/collapse';
+import { memberPaths, MODULE_NODE_PREFIX, moduleEntries } from '../view/collapse';
 import { BOX_BUDGET, boxesAtDepth, initialCollapseDepth } from '../view/collapse_levels';
 import { decodeBundle } from '../view/decode';
 import { ExplorerView } from '../view/explorer_view';
@@ -128,6 +129,61 @@ describe('a 5,000-node report in the view', () => {
     expect(new Set(stubGraphviz.calls).size).toBe(stubGraphviz.calls.length);
     expect(view.layouts.layouts).toBe(stubGraphviz.calls.length);
     expect(view.layouts.layouts).toBeLessThanOrEqual(firstDraw + 2);
+  });
+});
+
+describe('what a pass changed, on a collapsed graph (#16)', () => {
+  const box = (side: string, id: string) =>
+    qa(`.jp-torchfuser-graph[data-side="${side}"] g.node`).find(g => g.getAttribute('data-node-id') === id)!;
+  const mark = (side: string, id: string) => {
+    const g = box(side, id);
+    return {
+      change: g.getAttribute('data-change'),
+      count: g.getAttribute('data-change-count'),
+      title: g.querySelector('a')!.getAttributeNS('http://www.w3.org/1999/xlink', 'title')
+    };
+  };
+  const changedIn = (side: string, change: string) =>
+    qa(`.jp-torchfuser-graph[data-side="${side}"] g.node[data-change="${change}"]`).map(g => g.getAttribute('data-node-id'));
+
+  it('marks a module box with what changed inside it, and each node once the box is expanded', async () => {
+    const view = await mount();
+    view.selectPass('fuse_pointwise');
+    await view.whenDrawn();
+    // Layer 7 lost its 8 GELU nodes and rewired the projection that read them; it gained the fused kernel.
+    expect(mark('before', 'module:h.7')).toEqual({
+      change: 'mixed', count: '9', title: 'h.7: click to expand\n9 nodes changed inside: 8 removed, 1 rewritten'
+    });
+    expect(mark('after', 'module:h.7')).toMatchObject({ change: 'mixed', count: '2' });
+    // The pass changed nothing inside the embedding: its box stays unmarked, tooltip as it was.
+    expect(mark('before', 'module:wte')).toEqual({ change: null, count: null, title: 'wte: click to expand' });
+    click('before', 'module:h.7');
+    await view.whenDrawn();
+    expect(changedIn('before', 'removed')).toEqual(expect.arrayContaining(['gelu_mul_0_7', 'gelu_tanh_5_7']));
+    expect(changedIn('before', 'rewritten')).toContain('view_mlp_proj_7');
+    expect(changedIn('after', 'added')).toContain('tf_pointwise_7');
+    expect(box('before', 'gelu_mul_0_7').hasAttribute('data-change-count')).toBe(false);
+    expect(mark('before', 'module:h.6').count).toBe('9');
+  });
+
+  it('a box whose changed nodes share one kind takes that kind', async () => {
+    const view = await mount();
+    view.selectPass('fuse_pointwise');
+    await view.whenDrawn();
+    // Layer 7 drawn but for its GELU, which holds only removed nodes before and the added kernel after.
+    const otherBoxes = drawn('before').filter(id => id.startsWith(MODULE_NODE_PREFIX) && id !== 'module:h.7');
+    view.setCollapsed([...otherBoxes.map(id => id.slice(MODULE_NODE_PREFIX.length)), 'h.7.mlp.act']);
+    await view.whenDrawn();
+    expect(mark('before', 'module:h.7.mlp.act')).toMatchObject({ change: 'removed', count: '8' });
+    expect(mark('after', 'module:h.7.mlp.act')).toEqual({
+      change: 'added', count: '1', title: 'h.7.mlp.act: click to expand\n1 node added inside'
+    });
+    // Shown as themselves, the rewired projection is marked with no count.
+    expect(box('before', 'view_mlp_proj_7').getAttribute('data-change')).toBe('rewritten');
+    expect(box('before', 'view_mlp_proj_7').hasAttribute('data-change-count')).toBe(false);
+    view.selectPass(WHOLE_PIPELINE);
+    await view.whenDrawn();
+    expect(qa('g.node[data-change], g.node[data-change-count]')).toHaveLength(0);
   });
 });
 

@@ -19,7 +19,7 @@ import { GraphPane, type Side } from './graph_pane';
 import { GraphToolbar } from './graph_toolbar';
 import { getLayoutEngine, LayoutCache, layoutEngineReady } from './layout_engine';
 import { graphsToCompare, PassList, WHOLE_PIPELINE } from './pass_list';
-import { changeMarks, passChange } from './pass_change';
+import { changeMarks, drawnMarks, passChange } from './pass_change';
 import { decodeBundle } from './decode';
 import { renderBreaks } from './graph_breaks';
 import { RunHistory } from './run_history';
@@ -345,12 +345,12 @@ export class ExplorerView {
     }
   }
 
-  /** What the selected pass removed, added and rewrote, on the drawn nodes (nothing for the whole pipeline). */
+  /** What the selected pass removed, added and rewrote, on the drawn nodes and the module boxes hiding them. */
   private markPassChange(): void {
     const record = this.report?.passes.find(p => p.name === this.selectedPass);
     const marks = changeMarks(this.selectedPass === WHOLE_PIPELINE ? null : passChange(record));
-    this.panes.before.markChanges(marks.before);
-    this.panes.after.markChanges(marks.after);
+    this.panes.before.markChanges(drawnMarks(marks.before, this.sides.before.display));
+    this.panes.after.markChanges(drawnMarks(marks.after, this.sides.after.display));
   }
 
   /** Small graphs get short panes; big ones stop at the maximum and pan. */

@@ -7,11 +7,29 @@ import { KERNEL_CLASS, MODULE_CLASS, type DisplayGraph } from './collapse';
 import { clear, el } from './dom';
 import { LayoutCache, type LayoutEngine } from './layout_engine';
 import { PanZoom } from './pan_zoom';
+import type { DrawnMark } from './pass_change';
 import { parseSafeSvg } from './safe_svg';
 import type { Graph } from './schema';
 import { measureSpan } from './user_timing';
 
 export type Side = 'before' | 'after';
+
+const XLINK = 'http://www.w3.org/1999/xlink';
+/** Graphviz's own tooltip of each box's link, kept to restore when its change line goes. */
+const plainTooltips = new WeakMap<Element, string>();
+
+/** Puts `line` under a box's Graphviz tooltip (its <a xlink:title>; set as an attribute, never markup); null restores it. */
+function setChangeTooltip(element: Element, line: string | null): void {
+  const link = element.querySelector('a');
+  if (!link) {
+    return;
+  }
+  if (!plainTooltips.has(link)) {
+    plainTooltips.set(link, link.getAttributeNS(XLINK, 'title') ?? '');
+  }
+  const plain = plainTooltips.get(link)!;
+  link.setAttributeNS(XLINK, 'xlink:title', line ? `${plain}\n${line}` : plain);
+}
 
 export interface GraphPaneCallbacks {
   onHover(side: Side, displayedId: string | null): void;
@@ -162,14 +180,26 @@ export class GraphPane {
     }
   }
 
-  /** data-change on the drawn nodes in `changes` (what the selected pass did to them); cleared elsewhere. */
-  markChanges(changes: Map<string, string>): void {
+  /**
+   * data-change on the drawn nodes in `changes` (what the selected pass did to
+   * them); cleared elsewhere. A module box also gets data-change-count and a
+   * tooltip line: it is all that is drawn of the nodes that changed inside.
+   */
+  markChanges(changes: Map<string, DrawnMark>): void {
     for (const [id, element] of this.nodeElements) {
-      const change = changes.get(id);
-      if (change) {
-        element.setAttribute('data-change', change);
+      const mark = changes.get(id);
+      if (mark) {
+        element.setAttribute('data-change', mark.change);
       } else {
         element.removeAttribute('data-change');
+      }
+      if (mark?.inside) {
+        element.setAttribute('data-change-count', String(mark.inside));
+      } else {
+        element.removeAttribute('data-change-count');
+      }
+      if (element.classList.contains(MODULE_CLASS)) {
+        setChangeTooltip(element, mark?.title ?? null);
       }
     }
   }

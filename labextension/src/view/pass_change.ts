@@ -5,6 +5,7 @@
  * compiler uses to write v2 (torchfuser/report/wire.py encode_change), so
  * both versions of one report mark the same nodes.
  */
+import type { DisplayGraph } from './collapse';
 import type { Graph, GraphNode, PassChange, PassRecord } from './schema';
 
 export const NO_CHANGE: PassChange = { removed: [], added: [], rewritten: [] };
@@ -134,4 +135,48 @@ export function changeMarks(change: PassChange | null): { before: Map<string, st
     after.set(id, 'added');
   }
   return { before, after };
+}
+
+/** A drawn node's mark: its own change, or for a collapsed module box, what changed inside it. */
+export interface DrawnMark {
+  change: string;
+  /** Set on module boxes only: how many nodes inside changed. */
+  inside?: number;
+  /** Set on module boxes only: the box's tooltip line, e.g. "3 nodes removed inside". */
+  title?: string;
+}
+
+function insideTitle(kinds: Map<string, number>, count: number): string {
+  const nodes = `${count} node${count === 1 ? '' : 's'}`;
+  if (kinds.size === 1) {
+    return `${nodes} ${[...kinds.keys()][0]} inside`;
+  }
+  return `${nodes} changed inside: ${[...kinds].map(([kind, n]) => `${n} ${kind}`).join(', ')}`;
+}
+
+/**
+ * Marks by drawn id. A changed node hidden in a collapsed module box marks the
+ * box instead, so on a big graph the change is not invisible: the box takes
+ * the one kind its changed nodes share, or "mixed".
+ */
+export function drawnMarks(marks: Map<string, string>, display: DisplayGraph | null): Map<string, DrawnMark> {
+  const drawn = new Map<string, DrawnMark>();
+  const boxes = new Map<string, Map<string, number>>();
+  for (const [id, change] of marks) {
+    const shown = display?.representative.get(id) ?? id;
+    if (shown === id) {
+      drawn.set(id, { change });
+      continue;
+    }
+    const kinds = boxes.get(shown) ?? new Map<string, number>();
+    kinds.set(change, (kinds.get(change) ?? 0) + 1);
+    boxes.set(shown, kinds);
+  }
+  for (const [box, kinds] of boxes) {
+    let count = 0;
+    kinds.forEach(n => (count += n));
+    const change = kinds.size === 1 ? [...kinds.keys()][0] : 'mixed';
+    drawn.set(box, { change, inside: count, title: insideTitle(kinds, count) });
+  }
+  return drawn;
 }
