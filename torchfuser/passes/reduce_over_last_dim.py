@@ -1,0 +1,183 @@
+"""reduce_over_last_dim: a reduction over any dims becomes the same reduction over the last dim of a view.
+
+The reduction kernels (fuse_reductions) reduce rows: the last dim, read through any strides. A reduction over
+other dims, several dims or all of them is one of those once the reduced dims are moved last (a permute: a
+view, no data moves) and, when there are several, merged into one (a view where their strides allow it, else a
+contiguous copy that fuse_pointwise makes a kernel). Global average pooling, a column sum, a batch mean and
+a full sum all become row reductions this way.
+
+Rule: `sum.dim_IntList`, `mean.dim`, `amax`, `var.correction` and, as `-amax(-x)`, `amin` over dims D of
+x (rank r; D empty or None: every dim; the full forms `sum.default`, `mean.default`, `max.default`,
+`min.default` too), unless D is the last dim alone, becomes
+
+    y = permute(x, kept + D) [-> view or clone+view to kept_sizes + [prod(D sizes)]]
+    r = op(y, [-1], keepdim=False, ...)                             # the kept dims in order
+    [out = unsqueeze(r, d) for d in D]                              # with keepdim
+
+`linalg_vector_norm` of order 1, 2 or inf over any dims becomes sum(abs(x)), sqrt(sum(x * x)) or
+amax(abs(x)) first, so it is reduced the same way. Preconditions: a floating x with at least one dim and a
+static or symbolic shape; a full reduction of more than FULL_REDUCTION_LIMIT elements stays as it is (a single
+row runs on one thread, slower than eager's parallel sum). The rewrite is plain ATen: where no kernel takes
+it, it still computes what the original did.
+
+    before:  m = mean.dim(x, [2, 3], True)                 # x [N, C, H, W]: global average pooling
+    after:   v = view(x, [N, C, -1]); r = mean.dim(v, [-1]); m = unsqueeze(unsqueeze(r, 2), 3)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from torchfuser.ir.symbolic import has_symbols
+from torchfuser.lowering.from_aten import tensor_meta
+from torchfuser.passes.base import PassResult, count_ops
+
+aten = torch.ops.aten
+NAME = "reduce_over_last_dim"
+FULL_REDUCTION_LIMIT = 1 << 16
+
+# op -> (index of the dims argument or None for the full forms, index of keepdim or None)
+REDUCTIONS = {
+    aten.sum.dim_IntList: (1, 2), aten.mean.dim: (1, 2), aten.amax.default: (1, 2), aten.amin.default: (1, 2),
+    aten.var.correction: (1, None), aten.sum.default: (None, None), aten.mean.default: (None, None),
+    aten.max.default: (None, None), aten.min.default: (None, None),
+}
+_FULL = {aten.sum.default: aten.sum.dim_IntList, aten.mean.default: aten.mean.dim, aten.max.default: aten.amax.default,
+         aten.min.default: aten.amin.default}
+
+
+def handles(node: fx.Node) -> bool:
+    return node.target in REDUCTIONS or node.target is aten.linalg_vector_norm.default
+
+
+def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is aten.linalg_vector_norm.default:
+            node = _norm_as_reduction(gm.graph, node) or node
+        if node.target in REDUCTIONS and _rewrite(gm.graph, node):
+            rewritten += 1
+    if rewritten:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return PassResult(gm, rewritten > 0, {"reductions": rewritten, "nodes_before": before,
+                                          "nodes_after": count_ops(gm)})
+
+
+def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+    dims_at, _ = REDUCTIONS[node.target]
+    dims = None if dims_at is None else _arg(node, dims_at, "dim", None)
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    return sorted({d % rank for d in dims})
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
+    x, result = node.args[0], tensor_meta(node)
+    meta = tensor_meta(x)
+    if meta is None or result is None or meta.dim() == 0 or not meta.dtype.is_floating_point:
+        return False
+    rank = meta.dim()
+    dims = _reduced_dims(node, rank)
+    if dims is None or (dims == [rank - 1] and node.target not in (aten.amin.default, aten.min.default)
+                        and node.target not in _FULL):
+        return False
+    if len(dims) == rank and (has_symbols(meta.shape) or math.prod(meta.shape) > FULL_REDUCTION_LIMIT):
+        return False
+    kept = [d for d in range(rank) if d not in dims]
+    target = _FULL.get(node.target, node.target)
+    negate = target is aten.amin.default  # amin(x) = -amax(-x): the kernels reduce with max
+    with graph.inserting_before(node):
+        rows = _rows(graph, x, kept, dims)
+        if negate:
+            rows = _call(graph, aten.neg.default, (rows,))
+        if target is aten.var.correction:  # its keepdim is keyword-only
+            reduced = _call(graph, target, (rows, [-1]), {**_other_arguments(node), "keepdim": False})
+        else:
+            reduced = _call(graph, aten.amax.default if negate else target, (rows, [-1], False), _other_arguments(node))
+        if negate:
+            reduced = _call(graph, aten.neg.default, (reduced,))
+        out = reduced  # the kept dims in order: the result without keepdim
+        if result.dim() == rank:  # keepdim: the reduced dims come back as 1s
+            for d in dims:
+                out = _call(graph, aten.unsqueeze.default, (out, d))
+    out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return True
+
+
+def _rows(graph: fx.Graph, x: fx.Node, kept: list[int], dims: list[int]) -> fx.Node:
+    """x with the reduced dims last and merged into one: a view where strides allow, else a copy."""
+    meta = tensor_meta(x)
+    order = kept + dims
+    rows = x if order == list(range(meta.dim())) else _call(graph, aten.permute.default, (x, order))
+    if len(dims) == 1:
+        return rows
+    # a symbolic kept size is read from x at run time (a sym_size node); the merged dim is the -1
+    sizes = [_call(graph, aten.sym_size.int, (x, d)) if has_symbols([meta.shape[d]]) else int(meta.shape[d])
+             for d in kept] + [-1]
+    if not _mergeable([meta.shape[d] for d in dims], [meta.stride()[d] for d in dims]):
+        rows = _call(graph, aten.clone.default, (rows,), {"memory_format": torch.contiguous_format})
+    return _call(graph, aten.view.default, (rows, sizes))
+
+
+def _mergeable(sizes, strides) -> bool:
+    """Dims in this order form one dim of a view: each stride is the next one times the next size (symbolic
+    ones are not compared: that would add a guard after Dynamo's)."""
+    if has_symbols(list(sizes) + list(strides)):
+        return False
+    pairs = [(s, st) for s, st in zip(sizes, strides) if s != 1]
+    return all(a_st == b_st * b_s for (_, a_st), (b_s, b_st) in zip(pairs, pairs[1:]))
+
+
+def _other_arguments(node: fx.Node) -> dict:
+    """What the reduction keeps besides its input, dims and keepdim: var's correction, sum's or mean's dtype."""
+    return {k: v for k, v in node.kwargs.items() if k not in ("dim", "keepdim")}
+
+
+def _norm_as_reduction(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
+    """vector_norm of order 1, 2 or inf as the reduction it is, leaving the result to _rewrite."""
+    x, meta = node.args[0], tensor_meta(node.args[0])
+    order = _arg(node, 1, "ord", 2)
+    dims, keepdim = _arg(node, 2, "dim", None), _arg(node, 3, "keepdim", False)
+    if meta is None or not meta.dtype.is_floating_point or _arg(node, 4, "dtype", None) is not None:
+        return None
+    if order not in (1, 2, math.inf, float("inf")):
+        return None
+    dims = list(range(meta.dim())) if dims is None else dims
+    with graph.inserting_before(node):
+        if order == 2:
+            summed = _call(graph, aten.sum.dim_IntList, (_call(graph, aten.mul.Tensor, (x, x)), dims, keepdim))
+            result = _call(graph, aten.sqrt.default, (summed,))
+            reduction = summed
+        else:
+            op = aten.sum.dim_IntList if order == 1 else aten.amax.default
+            result = reduction = _call(graph, op, (_call(graph, aten.abs.default, (x,)), dims, keepdim))
+    result.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    return reduction
+
+
+def _call(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
+    """A new node with its fake value computed from its operands' (symbolic shapes stay symbolic)."""
+    kwargs = kwargs or {}
+    node = graph.call_function(target, tuple(args), kwargs)
+    values = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+    node.meta["val"] = target(*values, **kwargs)
+    return node
+
+
+def _arg(node: fx.Node, index: int, name: str, default):
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
