@@ -1,0 +1,87 @@
+"""batch_norm_as_affine: inference batch norm becomes the per-channel affine it is, as elementwise ops.
+
+With running statistics, batch norm is y = x * scale + shift per channel, scale = weight / sqrt(var + eps)
+and shift = bias - mean * scale (eager's CPU kernel computes it so). As elementwise ATen ops on [C] values
+viewed to broadcast along the channel dim (dim 1), fuse_pointwise joins it with what surrounds it (the
+activation after it, a residual add) instead of leaving `_native_batch_norm_legit_no_training` in PyTorch.
+
+Rule: `getitem(_native_batch_norm_legit_no_training(x, w, b, mean, var, momentum, eps), 0)` on a floating
+x of rank >= 2 with [C] statistics becomes the affine above (w or b None: 1 or 0); the op's other results
+(empty in inference) must be unused. Preconditions: none beyond the graph's own shapes.
+
+    before:  bn = _native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5); y = getitem(bn, 0)
+    after:   scale = mul(rsqrt(add(var, 1e-5)), w); shift = sub(b, mul(mean, scale))
+             y = add(mul(x, view(scale, [1, C, 1, 1])), view(shift, [1, C, 1, 1]))
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from torchfuser.lowering.from_aten import tensor_meta
+from torchfuser.passes.base import PassResult, count_ops
+
+aten = torch.ops.aten
+NAME = "batch_norm_as_affine"
+BATCH_NORM = aten._native_batch_norm_legit_no_training.default
+
+
+def handles(node: fx.Node) -> bool:
+    return node.target is BATCH_NORM
+
+
+def batch_norm_as_affine(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    rewritten = 0
+    for node in [n for n in gm.graph.nodes if n.target is BATCH_NORM]:
+        result = _only_result(node)
+        if result is not None and _rewrite(gm.graph, node, result):
+            rewritten += 1
+    if rewritten:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return PassResult(gm, rewritten > 0, {"batch_norms": rewritten, "nodes_before": before,
+                                          "nodes_after": count_ops(gm)})
+
+
+def _only_result(node: fx.Node) -> fx.Node | None:
+    """The getitem of the normalised output, when nothing reads the op's other results."""
+    users = list(node.users)
+    if len(users) != 1 or users[0].target is not operator.getitem or users[0].args[1] != 0:
+        return None
+    return users[0]
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node, result: fx.Node) -> bool:
+    x, weight, bias, mean, var, _momentum, eps = node.args
+    meta = tensor_meta(x)
+    if meta is None or meta.dim() < 2 or not meta.dtype.is_floating_point:
+        return False
+    if any(tensor_meta(t) is None or tensor_meta(t).dim() != 1 for t in (mean, var)):
+        return False
+    shape = [1, -1] + [1] * (meta.dim() - 2)  # a [C] value along the channel dim
+    with graph.inserting_before(result):
+        scale = _call(graph, aten.rsqrt.default, (_call(graph, aten.add.Tensor, (var, float(eps))),))
+        if weight is not None:
+            scale = _call(graph, aten.mul.Tensor, (scale, weight))
+        shift = _call(graph, aten.neg.default, (_call(graph, aten.mul.Tensor, (mean, scale)),))
+        if bias is not None:
+            shift = _call(graph, aten.add.Tensor, (shift, bias))
+        scaled = _call(graph, aten.mul.Tensor, (x, _call(graph, aten.view.default, (scale, shape))))
+        out = _call(graph, aten.add.Tensor, (scaled, _call(graph, aten.view.default, (shift, shape))))
+    out.meta.update({k: v for k, v in result.meta.items() if k != "val"})
+    result.replace_all_uses_with(out)
+    graph.erase_node(result)
+    graph.erase_node(node)
+    return True
+
+
+def _call(graph: fx.Graph, target, args) -> fx.Node:
+    """A new node with its fake value computed from its operands'."""
+    node = graph.call_function(target, tuple(args))
+    node.meta["val"] = target(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args])
+    return node
