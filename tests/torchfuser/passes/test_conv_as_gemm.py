@@ -1,0 +1,103 @@
+"""conv_as_gemm: convolutions run as im2col copies and GEMM kernels, numerics as eager."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+from eager_compare import assert_close
+
+CONV_OPS = ("aten.convolution.default",)
+
+
+def compiled(model, x):
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        out = torchfuser.compile(model)(x)
+    return out, reports[-1]
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 5, 7])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_kernel_sizes_and_strides(kernel, stride):
+    torch.manual_seed(kernel + stride)
+    conv = nn.Conv2d(3, 5, kernel, stride=stride, padding=kernel // 2).eval()
+    x = torch.randn(2, 3, 11, 9)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    assert not [f for f in report.fallbacks if f.op in CONV_OPS]
+    assert [k.kind for k in report.kernels].count("gemm") == 1
+    assert out.is_contiguous()
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv2d(4, 6, 3, dilation=2, padding=2, bias=False), (1, 4, 8, 13)),
+    (nn.Conv2d(2, 3, (3, 1), stride=(2, 1), padding=(1, 0)), (3, 2, 7, 5)),
+    (nn.Conv1d(4, 6, 3, padding=1), (2, 4, 17)),
+    (nn.Conv1d(4, 6, 5, stride=2, dilation=2), (2, 4, 23)),
+    (nn.Conv1d(80, 16, 3, padding=1), (1, 80, 30)),  # Whisper's front-end, narrowed
+])
+def test_dilation_rectangular_kernels_and_conv1d(conv, shape):
+    conv = conv.eval()
+    x = torch.randn(shape)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    assert not [f for f in report.fallbacks if f.op in CONV_OPS]
+
+
+def test_channels_last_input_with_specials():
+    conv = nn.Conv2d(3, 4, 3, padding=1).eval()
+    x = torch.randn(2, 3, 6, 5).to(memory_format=torch.channels_last)
+    x[0, 1, 2, 2], x[1, 0, 5, 4] = float("nan"), float("inf")
+    out, _ = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+
+
+def test_conv_batch_norm_relu_and_a_residual_block():
+    torch.manual_seed(0)
+
+    class Basic(nn.Module):
+        def __init__(self, c=8):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+            self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+            for bn in (self.bn1, self.bn2):
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + x)
+
+    block = Basic().eval()
+    x = torch.randn(2, 8, 9, 9)
+    out, report = compiled(block, x)
+    with torch.no_grad():
+        assert_close(out, block(x), rtol=1e-4, atol=1e-4)
+    assert report.fallbacks == []
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_grouped_and_depthwise_convolutions_stay_in_pytorch_with_the_reason(groups):
+    conv = nn.Conv2d(4, 8, 3, padding=1, groups=groups).eval()
+    x = torch.randn(1, 4, 5, 5)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    (fallback,) = report.fallbacks
+    assert fallback.op == "aten.convolution.default" and "grouped convolution" in fallback.reason
+
+
+def test_training_gradients_match():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 5, 5, requires_grad=True)
+    torch._dynamo.reset()
+    out = torchfuser.compile(conv)(x)
+    (gx, gw) = torch.autograd.grad(out.square().sum(), (x, conv.weight))
+    ex, ew = torch.autograd.grad(conv(x).square().sum(), (x, conv.weight))
+    assert_close(gx, ex, rtol=1e-4, atol=1e-4)
+    assert_close(gw, ew, rtol=1e-4, atol=1e-4)

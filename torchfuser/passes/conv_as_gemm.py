@@ -1,0 +1,134 @@
+"""conv_as_gemm: a convolution becomes a GEMM over its input's patches (im2col), so the GEMM kernels run it.
+
+A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
+w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = C * KH *
+KW and N = Cout. The patches are a strided view of the (padded) input, copied once into a [M, K] matrix by
+a pointwise kernel; the weight is a view of itself ([Cout, K], transposed: the GEMM packs it once). The
+GEMM's result is the output in channels-last order, with the bias as its epilogue (fuse_gemm_epilogue); it is
+copied into eager's contiguous layout by the pointwise kernel of what follows (a batch norm's affine, an
+activation, a residual add), or by a copy of its own. Zero padding is two concatenations with zeros (pointwise kernels).
+
+Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
+2 spatial dims, floating x and static shapes becomes
+
+    xp = cat([0, cat([0, x, 0], W), 0], H)                          # only with padding
+    patches = clone(as_strided(xp, [N, OH, OW, C, KH, KW], strides of positions and taps))
+    y = mm(view(patches, [M, K]), t(view(w, [Cout, K])))  [+ b]
+    out = clone(permute(view(y, [N, OH, OW, Cout]), [0, 3, 1, 2]))  # conv1d: the same with H = 1
+
+Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason.
+
+    before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
+    after:   ... patches [50, 27] ... y = add(mm(patches, t(view(w, [8, 27]))), b) -> [2, 8, 5, 5] (a view)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from torchfuser.ir.symbolic import has_symbols
+from torchfuser.lowering.from_aten import tensor_meta
+from torchfuser.passes.base import PassResult, count_ops, record_unfused
+
+aten = torch.ops.aten
+NAME = "conv_as_gemm"
+
+
+def handles(node: fx.Node) -> bool:
+    return node.target is aten.convolution.default
+
+
+def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    rewritten = 0
+    for node in [n for n in gm.graph.nodes if n.target is aten.convolution.default]:
+        why = _problem(node)
+        if why is None:
+            _rewrite(gm.graph, node)
+            rewritten += 1
+        else:
+            record_unfused(node, NAME, why)
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return PassResult(gm, rewritten > 0, {"convolutions": rewritten, "nodes_before": before,
+                                          "nodes_after": count_ops(gm)})
+
+
+def _problem(node: fx.Node) -> str | None:
+    x, w = tensor_meta(node.args[0]), tensor_meta(node.args[1])
+    transposed, groups = node.args[6], node.args[8]
+    if x is None or w is None or not x.dtype.is_floating_point or x.dtype != w.dtype:
+        return "a convolution of non-floating or mixed dtypes"
+    if transposed:
+        return "a transposed convolution (not lowered yet)"
+    if groups != 1:
+        return f"a grouped convolution ({groups} groups: not lowered yet)"
+    if x.dim() not in (3, 4):
+        return f"a convolution over {x.dim() - 2} spatial dims (1 or 2 are lowered)"
+    if has_symbols(list(x.shape) + list(w.shape) + list(x.stride())):
+        return "a convolution with symbolic sizes (not lowered yet)"
+    return None
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+    x, w, bias, stride, padding, dilation = node.args[:6]
+    one_d = tensor_meta(x).dim() == 3
+    if one_d:  # conv1d as conv2d over [N, C, 1, L]
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+    with graph.inserting_before(node):
+        if one_d:
+            x = _call(graph, aten.unsqueeze.default, (x, 2))
+        n, c, h, width = tensor_meta(x).shape
+        cout, _, *kernel = tensor_meta(w).shape
+        kh, kw = (1, *kernel) if one_d else kernel
+        for dim, pad in ((3, padding[1]), (2, padding[0])):
+            if pad:
+                x = _zero_pad(graph, x, dim, pad)
+        hp, wp = tensor_meta(x).shape[2:]
+        oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        sn, sc, sh, sw = tensor_meta(x).stride()
+        windows = _call(graph, aten.as_strided.default, (x, [n, oh, ow, c, kh, kw], [
+            sn, sh * stride[0], sw * stride[1], sc, sh * dilation[0], sw * dilation[1]]))
+        patches = _call(graph, aten.clone.default, (windows,), {"memory_format": torch.contiguous_format})
+        rows = _call(graph, aten.view.default, (patches, [n * oh * ow, c * kh * kw]))
+        weight = _call(graph, aten.t.default, (_call(graph, aten.view.default, (w, [cout, c * kh * kw])),))
+        y = _call(graph, aten.mm.default, (rows, weight))
+        if bias is not None:
+            y = _call(graph, aten.add.Tensor, (y, bias))
+        out = _call(graph, aten.permute.default, (_call(graph, aten.view.default, (y, [n, oh, ow, cout])),
+                                                  [0, 3, 1, 2]))
+        if one_d:
+            out = _call(graph, aten.squeeze.dim, (out, 2))
+        # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows
+        out = _call(graph, aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
+    out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+
+
+def _zero_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int) -> fx.Node:
+    """x with `pad` zeros on both sides of dim: a concatenation with a constant (a literal in the kernel)."""
+    meta = tensor_meta(x)
+    shape = list(meta.shape)
+    shape[dim] = pad
+    zeros = graph.call_function(aten.full.default, (shape, 0.0), {"dtype": meta.dtype, "device": meta.device,
+                                                                 "pin_memory": False})
+    zeros.meta["val"] = meta.new_zeros(shape)
+    return _call(graph, aten.cat.default, ([zeros, x, zeros], dim))
+
+
+def _call(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
+    """A new node with its fake value computed from its operands'."""
+    kwargs = kwargs or {}
+    node = graph.call_function(target, tuple(args), kwargs)
+
+    def value(a):
+        if isinstance(a, fx.Node):
+            return a.meta["val"]
+        return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
+
+    node.meta["val"] = target(*[value(a) for a in args], **kwargs)
+    return node
