@@ -8,7 +8,7 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, conv_as_gemm, eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms,
+    batch_norm_as_affine, eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms,
     reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
@@ -22,8 +22,7 @@ register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_ope
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
 # inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
-# convolutions as GEMMs over their input's patches: the GEMM passes below then see them
-register_pass("conv_as_gemm", conv_as_gemm.conv_as_gemm, handles=conv_as_gemm.handles)
+# (conv_as_gemm, convolutions as im2col + GEMM, is opt-in: torchfuser.passes.conv_as_gemm.register())
 # siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
 register_pass("merge_sibling_gemms", merge_sibling_gemms.merge_sibling_gemms)
 # attention next: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions

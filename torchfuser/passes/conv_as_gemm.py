@@ -2,8 +2,8 @@
 
 A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
 w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = C * KH *
-KW and N = Cout. The patches are a strided view of the (padded) input, copied once into a [M, K] matrix by
-a pointwise kernel; the weight is a view of itself ([Cout, K], transposed: the GEMM packs it once). The
+KW and N = Cout. The patches are a strided view of the (padded) input, copied once into a [K, M] matrix by
+a pointwise kernel (the GEMM reads it transposed); the weight is a view of itself ([Cout, K], transposed: the GEMM packs it once). The
 GEMM's result is the output in channels-last order, with the bias as its epilogue (fuse_gemm_epilogue); it is
 copied into eager's contiguous layout by the pointwise kernel of what follows (a batch norm's affine, an
 activation, a residual add), or by a copy of its own. Zero padding is two concatenations with zeros (pointwise kernels).
@@ -12,14 +12,18 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 2 spatial dims, floating x and static shapes becomes
 
     xp = cat([0, cat([0, x, 0], W), 0], H)                          # only with padding
-    patches = clone(as_strided(xp, [N, OH, OW, C, KH, KW], strides of positions and taps))
-    y = mm(view(patches, [M, K]), t(view(w, [Cout, K])))  [+ b]
+    patches = clone(as_strided(xp, [C, KH, KW, N, OH, OW], strides of taps and positions))
+    y = mm(t(view(patches, [K, M])), t(view(w, [Cout, K])))  [+ b]
     out = clone(permute(view(y, [N, OH, OW, Cout]), [0, 3, 1, 2]))  # conv1d: the same with H = 1
 
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason.
 
+Opt-in (`register()` puts it in PIPELINE after batch_norm_as_affine): with explicit im2col copies, zero
+padding as copies and GEMMs well short of the FMA ceiling, a CNN runs slower this way than with oneDNN's
+convolutions in PyTorch (figures in the notes), and a default path must never be slower than eager.
+
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
-    after:   ... patches [50, 27] ... y = add(mm(patches, t(view(w, [8, 27]))), b) -> [2, 8, 5, 5] (a view)
+    after:   ... patches [27, 50] ... y = add(mm(patches, t(view(w, [8, 27]))), b) -> [2, 8, 5, 5] (a view)
 """
 
 from __future__ import annotations
@@ -30,9 +34,15 @@ import torch.fx as fx
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, count_ops, record_unfused
+from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
 NAME = "conv_as_gemm"
+
+
+def register() -> None:
+    """Run convolutions as GEMMs from now on (unregister_pass(NAME) undoes it)."""
+    register_pass(NAME, conv_as_gemm, after="batch_norm_as_affine", handles=handles)
 
 
 def handles(node: fx.Node) -> bool:
@@ -90,10 +100,11 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         sn, sc, sh, sw = tensor_meta(x).stride()
-        windows = _call(graph, aten.as_strided.default, (x, [n, oh, ow, c, kh, kw], [
-            sn, sh * stride[0], sw * stride[1], sc, sh * dilation[0], sw * dilation[1]]))
+        # taps outermost, positions innermost: the copy's rows run along an input row (contiguous at stride 1)
+        windows = _call(graph, aten.as_strided.default, (x, [c, kh, kw, n, oh, ow], [
+            sc, sh * dilation[0], sw * dilation[1], sn, sh * stride[0], sw * stride[1]]))
         patches = _call(graph, aten.clone.default, (windows,), {"memory_format": torch.contiguous_format})
-        rows = _call(graph, aten.view.default, (patches, [n * oh * ow, c * kh * kw]))
+        rows = _call(graph, aten.t.default, (_call(graph, aten.view.default, (patches, [c * kh * kw, n * oh * ow])),))
         weight = _call(graph, aten.t.default, (_call(graph, aten.view.default, (w, [cout, c * kh * kw])),))
         y = _call(graph, aten.mm.default, (rows, weight))
         if bias is not None:

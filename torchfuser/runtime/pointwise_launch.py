@@ -59,6 +59,9 @@ class CheckedGatherLaunch(PointwiseLaunch):
         return inputs
 
 
+ROWS_MIN_DIMS, ROWS_MIN_LENGTH = 2, 8  # strided launches that take the row schedule instead (see below)
+
+
 def configure_pointwise(kernel: PointwiseKernel, inputs, device_type: str) -> PointwiseLaunch:
     launch = _configure_in_frame(kernel, [kernel.in_frame(t) for t in inputs], device_type)
     if kernel.frame:
@@ -95,6 +98,12 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
         width = VECTOR_WIDTHS[kernel.program.output_dtypes[0]]
         if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
             width = 1  # a vector would straddle two rows
+    if STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH:
+        # strided reads (a transpose, a per-channel broadcast, an im2col copy): the flat schedule divides the
+        # index into every coordinate for every element; rows do it once per row, then step along the last dim
+        launch = configure_rows(kernel, inputs, device_type) if not program.gather_indices else None
+        if launch is not None:
+            return launch
     spec = PointwiseSpec(kernel.program, layouts, len(sizes), index_type, vector_width=width)
     index = np.int64 if index_type == "long" else np.int32
     scalars = [index(numel)]
