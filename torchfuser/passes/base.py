@@ -35,6 +35,26 @@ def unfused_reasons(node: fx.Node) -> dict[str, str]:
     return dict(node.meta.get(UNFUSED, {}))
 
 
+def node_arg(node: fx.Node, index: int, name: str, default=None):
+    """An argument given by position or by keyword."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def call_with_value(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
+    """A new call node (at the graph's insert point) with its fake value computed from its operands' (symbolic
+    shapes stay symbolic): the meta every later pass and the lowering read."""
+    kwargs = kwargs or {}
+    node = graph.call_function(target, tuple(args), kwargs)
+
+    def value(a):
+        if isinstance(a, fx.Node):
+            return a.meta["val"]
+        return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
+
+    node.meta["val"] = target(*[value(a) for a in args], **kwargs)
+    return node
+
+
 def count_ops(gm: fx.GraphModule) -> int:
     """Nodes that do work or name a value: everything but placeholders and the output."""
     return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output"))

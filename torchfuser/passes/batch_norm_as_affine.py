@@ -17,13 +17,14 @@ statistics becomes the affine above (w or b None: 1 or 0); the op's other result
 
 from __future__ import annotations
 
+from functools import partial
 import operator
 
 import torch
 import torch.fx as fx
 
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, count_ops, record_unfused
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused
 
 aten = torch.ops.aten
 NAME = "batch_norm_as_affine"
@@ -65,6 +66,7 @@ def _only_result(node: fx.Node) -> fx.Node | None:
 
 
 def _rewrite(graph: fx.Graph, node: fx.Node, result: fx.Node) -> bool:
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, weight, bias, mean, var, _momentum, eps = node.args
     meta = tensor_meta(x)
     if meta is None or meta.dim() < 2 or not meta.dtype.is_floating_point:
@@ -73,23 +75,16 @@ def _rewrite(graph: fx.Graph, node: fx.Node, result: fx.Node) -> bool:
         return False
     shape = [1, -1] + [1] * (meta.dim() - 2)  # a [C] value along the channel dim
     with graph.inserting_before(result):
-        scale = _call(graph, aten.rsqrt.default, (_call(graph, aten.add.Tensor, (var, float(eps))),))
+        scale = call(aten.rsqrt.default, (call(aten.add.Tensor, (var, float(eps))),))
         if weight is not None:
-            scale = _call(graph, aten.mul.Tensor, (scale, weight))
-        shift = _call(graph, aten.neg.default, (_call(graph, aten.mul.Tensor, (mean, scale)),))
+            scale = call(aten.mul.Tensor, (scale, weight))
+        shift = call(aten.neg.default, (call(aten.mul.Tensor, (mean, scale)),))
         if bias is not None:
-            shift = _call(graph, aten.add.Tensor, (shift, bias))
-        scaled = _call(graph, aten.mul.Tensor, (x, _call(graph, aten.view.default, (scale, shape))))
-        out = _call(graph, aten.add.Tensor, (scaled, _call(graph, aten.view.default, (shift, shape))))
+            shift = call(aten.add.Tensor, (shift, bias))
+        scaled = call(aten.mul.Tensor, (x, call(aten.view.default, (scale, shape))))
+        out = call(aten.add.Tensor, (scaled, call(aten.view.default, (shift, shape))))
     out.meta.update({k: v for k, v in result.meta.items() if k != "val"})
     result.replace_all_uses_with(out)
     graph.erase_node(result)
     graph.erase_node(node)
     return True
-
-
-def _call(graph: fx.Graph, target, args) -> fx.Node:
-    """A new node with its fake value computed from its operands'."""
-    node = graph.call_function(target, tuple(args))
-    node.meta["val"] = target(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args])
-    return node

@@ -3,10 +3,11 @@
 A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
 w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = C * KH *
 KW and N = Cout. The patches are a strided view of the (padded) input, copied once into a [K, M] matrix by
-a pointwise kernel (the GEMM reads it transposed); the weight is a view of itself ([Cout, K], transposed: the GEMM packs it once). The
-GEMM's result is the output in channels-last order, with the bias as its epilogue (fuse_gemm_epilogue); it is
-copied into eager's contiguous layout by the pointwise kernel of what follows (a batch norm's affine, an
-activation, a residual add), or by a copy of its own. Zero padding is two concatenations with zeros (pointwise kernels).
+a pointwise kernel (the GEMM reads it transposed); the weight is a view of itself ([Cout, K], transposed:
+the GEMM packs it once). The GEMM's result is the output in channels-last order, with the bias as its
+epilogue (fuse_gemm_epilogue); it is copied into eager's contiguous layout by the pointwise kernel of what
+follows (a batch norm's affine, an activation, a residual add), or by a copy of its own. Zero padding is two
+concatenations with zeros (pointwise kernels).
 
 Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
 2 spatial dims, floating x and static shapes becomes
@@ -28,12 +29,14 @@ convolutions in PyTorch (figures in the notes), and a default path must never be
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, count_ops, record_unfused
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused
 from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
@@ -83,13 +86,14 @@ def _problem(node: fx.Node) -> str | None:
 
 
 def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, w, bias, stride, padding, dilation = node.args[:6]
     one_d = tensor_meta(x).dim() == 3
     if one_d:  # conv1d as conv2d over [N, C, 1, L]
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     with graph.inserting_before(node):
         if one_d:
-            x = _call(graph, aten.unsqueeze.default, (x, 2))
+            x = call(aten.unsqueeze.default, (x, 2))
         n, c, h, width = tensor_meta(x).shape
         cout, _, *kernel = tensor_meta(w).shape
         kh, kw = (1, *kernel) if one_d else kernel
@@ -101,20 +105,20 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         sn, sc, sh, sw = tensor_meta(x).stride()
         # taps outermost, positions innermost: the copy's rows run along an input row (contiguous at stride 1)
-        windows = _call(graph, aten.as_strided.default, (x, [c, kh, kw, n, oh, ow], [
+        windows = call(aten.as_strided.default, (x, [c, kh, kw, n, oh, ow], [
             sc, sh * dilation[0], sw * dilation[1], sn, sh * stride[0], sw * stride[1]]))
-        patches = _call(graph, aten.clone.default, (windows,), {"memory_format": torch.contiguous_format})
-        rows = _call(graph, aten.t.default, (_call(graph, aten.view.default, (patches, [c * kh * kw, n * oh * ow])),))
-        weight = _call(graph, aten.t.default, (_call(graph, aten.view.default, (w, [cout, c * kh * kw])),))
-        y = _call(graph, aten.mm.default, (rows, weight))
+        patches = call(aten.clone.default, (windows,), {"memory_format": torch.contiguous_format})
+        rows = call(aten.t.default, (call(aten.view.default, (patches, [c * kh * kw, n * oh * ow])),))
+        weight = call(aten.t.default, (call(aten.view.default, (w, [cout, c * kh * kw])),))
+        y = call(aten.mm.default, (rows, weight))
         if bias is not None:
-            y = _call(graph, aten.add.Tensor, (y, bias))
-        out = _call(graph, aten.permute.default, (_call(graph, aten.view.default, (y, [n, oh, ow, cout])),
+            y = call(aten.add.Tensor, (y, bias))
+        out = call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])),
                                                   [0, 3, 1, 2]))
         if one_d:
-            out = _call(graph, aten.squeeze.dim, (out, 2))
+            out = call(aten.squeeze.dim, (out, 2))
         # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows
-        out = _call(graph, aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
+        out = call(aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)
@@ -122,24 +126,11 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
 
 def _zero_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int) -> fx.Node:
     """x with `pad` zeros on both sides of dim: a concatenation with a constant (a literal in the kernel)."""
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     meta = tensor_meta(x)
     shape = list(meta.shape)
     shape[dim] = pad
     zeros = graph.call_function(aten.full.default, (shape, 0.0), {"dtype": meta.dtype, "device": meta.device,
                                                                  "pin_memory": False})
     zeros.meta["val"] = meta.new_zeros(shape)
-    return _call(graph, aten.cat.default, ([zeros, x, zeros], dim))
-
-
-def _call(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
-    """A new node with its fake value computed from its operands'."""
-    kwargs = kwargs or {}
-    node = graph.call_function(target, tuple(args), kwargs)
-
-    def value(a):
-        if isinstance(a, fx.Node):
-            return a.meta["val"]
-        return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
-
-    node.meta["val"] = target(*[value(a) for a in args], **kwargs)
-    return node
+    return call(aten.cat.default, ([zeros, x, zeros], dim))

@@ -44,7 +44,9 @@ from torchfuser.ir.aten import RESHAPES
 from torchfuser.ir.kernels import AttentionKernel
 from torchfuser.ir.program import Const, ProgramBuilder
 from torchfuser.lowering.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
+from torchfuser.passes.base import (
+    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, node_arg, record_unfused,
+)
 
 aten = torch.ops.aten
 SDPA_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -98,11 +100,6 @@ def _float32(*nodes) -> bool:
     return all(tensor_meta(n) is not None and tensor_meta(n).dtype == torch.float32 for n in nodes)
 
 
-def _arg(node: fx.Node, index: int, name: str, default=None):
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
 
 def _shapes_fit(q, k, v) -> bool:
     """q, k, v metas: rank 4, one head dim, one batch, kv heads dividing the query heads, a key or more."""
@@ -128,17 +125,17 @@ def _match_sdpa(node: fx.Node) -> _Match | str:
     """The match, or why there is none."""
     q, k, v = node.args[:3]
     flash = node.target is SDPA_FLASH
-    dropout = _arg(node, 3, "dropout_p", 0.0) if flash else _arg(node, 4, "dropout_p", 0.0)
-    causal = _arg(node, 4, "is_causal", False) if flash else _arg(node, 5, "is_causal", False)
-    mask = node.kwargs.get("attn_mask") if flash else _arg(node, 3, "attn_mask")
-    scale = node.kwargs.get("scale") if flash else _arg(node, 6, "scale")
+    dropout = node_arg(node, 3, "dropout_p", 0.0) if flash else node_arg(node, 4, "dropout_p", 0.0)
+    causal = node_arg(node, 4, "is_causal", False) if flash else node_arg(node, 5, "is_causal", False)
+    mask = node.kwargs.get("attn_mask") if flash else node_arg(node, 3, "attn_mask")
+    scale = node.kwargs.get("scale") if flash else node_arg(node, 6, "scale")
     if dropout:
         return "attention with dropout (p > 0)"
     if not _float32(q, k, v):
         return "q, k and v are not all float32"
     if not _shapes_fit(*map(tensor_meta, (q, k, v))):
         return "q, k and v are not rank 4 with one head dim and at least one key"
-    if not flash and tensor_meta(q).shape[1] != tensor_meta(k).shape[1] and not _arg(node, 7, "enable_gqa", False):
+    if not flash and tensor_meta(q).shape[1] != tensor_meta(k).shape[1] and not node_arg(node, 7, "enable_gqa", False):
         return "different head counts without enable_gqa (eager's error is kept)"
     b, h, t, d = tensor_meta(q).shape
     s = tensor_meta(k).shape[2]

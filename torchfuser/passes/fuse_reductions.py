@@ -38,7 +38,9 @@ from torchfuser.ir.reduction import (
     RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template, variance_row,
 )
 from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
-from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
+from torchfuser.passes.base import (
+    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, node_arg, record_unfused,
+)
 
 aten = torch.ops.aten
 
@@ -85,11 +87,6 @@ def fuse_reductions(gm: fx.GraphModule) -> PassResult:
 # ---------------------------------------------------------------- the anchor
 
 
-def _arg(node: fx.Node, index: int, name: str, default=None):
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
-
 
 def _last_dim_only(dims, rank: int) -> bool:
     if isinstance(dims, int):
@@ -116,7 +113,7 @@ def unfused_reason(node: fx.Node) -> str | None:
         if any(u.target is not operator.getitem for u in node.users):
             return "layer_norm result used other than through getitem"
     else:
-        if not _last_dim_only(_arg(node, 1, "dim"), rank):
+        if not _last_dim_only(node_arg(node, 1, "dim"), rank):
             return f"{kind} over a dim other than the last"
         if node.kwargs.get("dtype") is not None:
             return f"{kind} with a dtype argument"

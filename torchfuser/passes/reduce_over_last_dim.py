@@ -27,13 +27,14 @@ it, it still computes what the original did.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, node_arg
 
 aten = torch.ops.aten
 NAME = "reduce_over_last_dim"
@@ -73,7 +74,7 @@ def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
 
 def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
     dims_at, _ = REDUCTIONS[node.target]
-    dims = None if dims_at is None else _arg(node, dims_at, "dim", None)
+    dims = None if dims_at is None else node_arg(node, dims_at, "dim", None)
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return list(range(rank))
     dims = [dims] if isinstance(dims, int) else list(dims)
@@ -83,6 +84,7 @@ def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
 
 
 def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, result = node.args[0], tensor_meta(node)
     meta = tensor_meta(x)
     if meta is None or result is None or meta.dim() == 0 or not meta.dtype.is_floating_point:
@@ -100,17 +102,17 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
     with graph.inserting_before(node):
         rows = _rows(graph, x, kept, dims)
         if negate:
-            rows = _call(graph, aten.neg.default, (rows,))
+            rows = call(aten.neg.default, (rows,))
         if target is aten.var.correction:  # its keepdim is keyword-only
-            reduced = _call(graph, target, (rows, [-1]), {**_other_arguments(node), "keepdim": False})
+            reduced = call(target, (rows, [-1]), {**_other_arguments(node), "keepdim": False})
         else:
-            reduced = _call(graph, aten.amax.default if negate else target, (rows, [-1], False), _other_arguments(node))
+            reduced = call(aten.amax.default if negate else target, (rows, [-1], False), _other_arguments(node))
         if negate:
-            reduced = _call(graph, aten.neg.default, (reduced,))
+            reduced = call(aten.neg.default, (reduced,))
         out = reduced  # the kept dims in order: the result without keepdim
         if result.dim() == rank:  # keepdim: the reduced dims come back as 1s
             for d in dims:
-                out = _call(graph, aten.unsqueeze.default, (out, d))
+                out = call(aten.unsqueeze.default, (out, d))
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)
@@ -119,17 +121,18 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
 
 def _rows(graph: fx.Graph, x: fx.Node, kept: list[int], dims: list[int]) -> fx.Node:
     """x with the reduced dims last and merged into one: a view where strides allow, else a copy."""
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     meta = tensor_meta(x)
     order = kept + dims
-    rows = x if order == list(range(meta.dim())) else _call(graph, aten.permute.default, (x, order))
+    rows = x if order == list(range(meta.dim())) else call(aten.permute.default, (x, order))
     if len(dims) == 1:
         return rows
     # a symbolic kept size is read from x at run time (a sym_size node); the merged dim is the -1
-    sizes = [_call(graph, aten.sym_size.int, (x, d)) if has_symbols([meta.shape[d]]) else int(meta.shape[d])
+    sizes = [call(aten.sym_size.int, (x, d)) if has_symbols([meta.shape[d]]) else int(meta.shape[d])
              for d in kept] + [-1]
     if not _mergeable([meta.shape[d] for d in dims], [meta.stride()[d] for d in dims]):
-        rows = _call(graph, aten.clone.default, (rows,), {"memory_format": torch.contiguous_format})
-    return _call(graph, aten.view.default, (rows, sizes))
+        rows = call(aten.clone.default, (rows,), {"memory_format": torch.contiguous_format})
+    return call(aten.view.default, (rows, sizes))
 
 
 def _mergeable(sizes, strides) -> bool:
@@ -148,36 +151,24 @@ def _other_arguments(node: fx.Node) -> dict:
 
 def _norm_as_reduction(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
     """vector_norm of order 1, 2 or inf as the reduction it is, leaving the result to _rewrite."""
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, meta = node.args[0], tensor_meta(node.args[0])
-    order = _arg(node, 1, "ord", 2)
-    dims, keepdim = _arg(node, 2, "dim", None), _arg(node, 3, "keepdim", False)
-    if meta is None or not meta.dtype.is_floating_point or _arg(node, 4, "dtype", None) is not None:
+    order = node_arg(node, 1, "ord", 2)
+    dims, keepdim = node_arg(node, 2, "dim", None), node_arg(node, 3, "keepdim", False)
+    if meta is None or not meta.dtype.is_floating_point or node_arg(node, 4, "dtype", None) is not None:
         return None
     if order not in (1, 2, math.inf, float("inf")):
         return None
     dims = list(range(meta.dim())) if dims is None else dims
     with graph.inserting_before(node):
         if order == 2:
-            summed = _call(graph, aten.sum.dim_IntList, (_call(graph, aten.mul.Tensor, (x, x)), dims, keepdim))
-            result = _call(graph, aten.sqrt.default, (summed,))
+            summed = call(aten.sum.dim_IntList, (call(aten.mul.Tensor, (x, x)), dims, keepdim))
+            result = call(aten.sqrt.default, (summed,))
             reduction = summed
         else:
             op = aten.sum.dim_IntList if order == 1 else aten.amax.default
-            result = reduction = _call(graph, op, (_call(graph, aten.abs.default, (x,)), dims, keepdim))
+            result = reduction = call(op, (call(aten.abs.default, (x,)), dims, keepdim))
     result.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(result)
     graph.erase_node(node)
     return reduction
-
-
-def _call(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
-    """A new node with its fake value computed from its operands' (symbolic shapes stay symbolic)."""
-    kwargs = kwargs or {}
-    node = graph.call_function(target, tuple(args), kwargs)
-    values = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
-    node.meta["val"] = target(*values, **kwargs)
-    return node
-
-
-def _arg(node: fx.Node, index: int, name: str, default):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)

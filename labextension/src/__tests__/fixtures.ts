@@ -4,10 +4,11 @@
  * so view wiring is tested without WebAssembly.
  */
 import { readFileSync } from 'node:fs';
+import { afterEach, beforeEach } from 'vitest';
 import { join } from 'node:path';
 import { attributeLists, parseAttributeList } from '../view/dot_text';
 import { ExplorerView, type ViewHost } from '../view/explorer_view';
-import type { LayoutEngine } from '../view/layout_engine';
+import { setLayoutEngine, type LayoutEngine } from '../view/layout_engine';
 
 export function loadFixture(name: string): any {
   return JSON.parse(readFileSync(join(__dirname, '../../test/fixtures', name), 'utf8'));
@@ -60,4 +61,25 @@ export async function mountView(bundle: unknown, host: ViewHost = { interactive:
   view.setBundle(bundle);
   await view.whenDrawn();
   return view;
+}
+
+/** A report string that would run script if it were ever injected as HTML (it sets window.__x). */
+export const HOSTILE = '<img src=x onerror="window.__x=1">';
+
+declare global {
+  interface Window {
+    __x?: number;
+  }
+}
+
+/** Every test of the file lays out with the stub, starts with no injected-script mark and leaves no DOM. */
+export function useStubbedLayout(): void {
+  beforeEach(() => {
+    setLayoutEngine(stubGraphviz);
+    delete window.__x;
+  });
+  afterEach(() => {
+    document.body.innerHTML = '';
+    setLayoutEngine(null);
+  });
 }

@@ -3,30 +3,14 @@
  * file:line and code, hints) and recompile reason, as text only; user lines
  * → kernels and back.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ExplorerView } from '../view/explorer_view';
-import { setLayoutEngine } from '../view/layout_engine';
 import { userLines } from '../view/user_lines';
-import { loadFixture, mountView, stubGraphviz } from './fixtures';
-
-const HOSTILE = '<img src=x onerror="window.__x=1">';
-
-declare global {
-  interface Window {
-    __x?: number;
-  }
-}
+import { HOSTILE, loadFixture, mountView, useStubbedLayout } from './fixtures';
 
 const mount = mountView;
 
-beforeEach(() => {
-  setLayoutEngine(stubGraphviz);
-  delete window.__x;
-});
-afterEach(() => {
-  document.body.innerHTML = '';
-  setLayoutEngine(null);
-});
+useStubbedLayout();
 
 describe('graph breaks and recompiles', () => {
   it('lists the break of a real report: reason, explanation, user line, hints, recompile reason', async () => {

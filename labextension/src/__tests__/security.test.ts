@@ -2,31 +2,15 @@
  * Report strings are user data. A module named <img src=x onerror=...> must
  * show up as text and never run; SVG from Graphviz is sanitised before use.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { el } from '../view/dom';
 import { ExplorerView } from '../view/explorer_view';
-import { setLayoutEngine } from '../view/layout_engine';
 import { highlightOpenCL, tokenizeOpenCL } from '../view/opencl_highlight';
 import { parseSafeSvg } from '../view/safe_svg';
 import { encodeV2 } from './encode_v2';
-import { loadFixture, stubGraphviz } from './fixtures';
+import { HOSTILE, loadFixture, useStubbedLayout } from './fixtures';
 
-const HOSTILE = '<img src=x onerror="window.__x=1">';
-
-declare global {
-  interface Window {
-    __x?: number;
-  }
-}
-
-beforeEach(() => {
-  setLayoutEngine(stubGraphviz);
-  delete window.__x;
-});
-afterEach(() => {
-  document.body.innerHTML = '';
-  setLayoutEngine(null);
-});
+useStubbedLayout();
 
 describe('hostile report strings', () => {
   it('render as text everywhere and run nothing', async () => {

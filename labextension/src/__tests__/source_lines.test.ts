@@ -6,13 +6,12 @@
  * they are not drawn) and the user's lines they came from. On the tiny GPT-2
  * bundle (schema v2) with a map added to one of its kernels.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MODULE_NODE_PREFIX } from '../view/collapse';
 import { decodeBundle } from '../view/decode';
 import type { ExplorerView } from '../view/explorer_view';
-import { setLayoutEngine } from '../view/layout_engine';
 import { highlightOpenCLLines } from '../view/opencl_highlight';
-import { loadRepoFixture, mountView, stubGraphviz } from './fixtures';
+import { loadRepoFixture, mountView, useStubbedLayout } from './fixtures';
 
 const KERNEL = 'tf_gemm_25322c6416'; // covers addmm_1, view_9, add_2; drawn as tf_gemm_group2 after fusion
 const HOSTILE_ID = '<img/src=x/onerror=window.__x=1>';
@@ -53,14 +52,7 @@ async function showKernel(bundle = bundleWithMap()): Promise<{ view: ExplorerVie
   return { view, source: view.report!.kernels.find(k => k.name === KERNEL)!.source };
 }
 
-beforeEach(() => {
-  setLayoutEngine(stubGraphviz);
-  delete window.__x;
-});
-afterEach(() => {
-  document.body.innerHTML = '';
-  setLayoutEngine(null);
-});
+useStubbedLayout();
 
 describe('OpenCL source lines', () => {
   it('draw every line as a .jp-torchfuser-source-line, data-nodes naming what it computes', async () => {

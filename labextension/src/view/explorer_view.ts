@@ -24,7 +24,7 @@ import { decodeBundle } from './decode';
 import { renderBreaks } from './graph_breaks';
 import { RunHistory } from './run_history';
 import type { Bundle, Graph, Report } from './schema';
-import { matchNodes } from './search';
+import { SearchState } from './search';
 import { Selection } from './selection';
 import { userLineKeysOf, type SourceLineChoice } from './source_lines';
 import { SourcePane } from './source_pane';
@@ -60,9 +60,7 @@ export class ExplorerView {
   private collapsed = new Set<string>();
   /** False until the user collapses or expands: big graphs then start collapsed to a depth chosen by size. */
   private collapseChosenByUser = false;
-  private query = '';
-  /** Which match search centres (Enter steps to the next). */
-  private matchIndex = 0;
+  private readonly searchState = new SearchState();
   /** Layouts for this view's life: the same DOT is laid out once. */
   readonly layouts = new LayoutCache();
   private readonly selection = new Selection();
@@ -318,7 +316,7 @@ export class ExplorerView {
         this.sizePanes();
         this.paintCoveredNodes();
         this.markPassChange();
-        this.applySearch(false);
+        this.searchState.apply(this.sides, this.panes, this.toolbar, false);
         this.applyKernelSelection();
         const detail = {
           title: this.report?.title ?? '',
@@ -468,30 +466,9 @@ export class ExplorerView {
    * again with `next` (Enter) centres the next match, wrapping around.
    */
   search(query: string, next: boolean): void {
-    if (query !== this.query) {
-      this.query = query;
-      this.matchIndex = 0;
-      this.applySearch(true);
-    } else if (next) {
-      this.matchIndex++;
-      this.applySearch(true);
+    if (this.searchState.update(query, next)) {
+      this.searchState.apply(this.sides, this.panes, this.toolbar, true);
     }
-  }
-
-  private applySearch(focus: boolean): void {
-    const active = this.query.trim().length > 0;
-    const counts: Record<Side, number> = { before: 0, after: 0 };
-    for (const side of ['before', 'after'] as Side[]) {
-      const state = this.sides[side];
-      const matches = state.display ? toDisplayed(matchNodes(state.graph, this.query), state.display) : new Set<string>();
-      counts[side] = this.panes[side].setHighlight('jp-torchfuser-match', matches);
-      this.panes[side].setSearching(active);
-      if (focus && active && matches.size) {
-        const ordered = [...matches];
-        this.panes[side].focus(ordered[this.matchIndex % ordered.length]);
-      }
-    }
-    this.toolbar.setMatchCount(counts.before, counts.after, active);
   }
 
   dispose(): void {
