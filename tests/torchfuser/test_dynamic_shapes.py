@@ -77,6 +77,10 @@ def long_rows(x):  # the reduced dim is the dynamic one
     return x.softmax(-1) * x.sum(-1, keepdim=True)
 
 
+def transposed(x):  # a strided read whose last dim is the dynamic one (the row schedule must not fix it)
+    return (x.transpose(1, 2) * 2).contiguous()
+
+
 def gemm(x, w, b):  # M dynamic, with a bias and activation epilogue
     return F.gelu(x @ w + b)
 
@@ -94,6 +98,7 @@ CASES = {
     "pointwise": (pointwise, lambda n: [torch.randn(3, n, 9), torch.randn(9)], [(0, 1)]),
     "reduction": (reduction, lambda n: [torch.randn(n, 33), torch.randn(33)], [(0, 0)]),
     "long_rows": (long_rows, lambda n: [torch.randn(5, n)], [(0, 1)]),
+    "strided_rows": (transposed, lambda n: [torch.randn(2, 3, 12, n)], [(0, 3)]),
     "gemm": (gemm, lambda n: [torch.randn(n, 24), torch.randn(24, 40), torch.randn(40)], [(0, 0)]),
     "attention": (attention, lambda n: [torch.randn(1, 2, 1, 16), torch.randn(1, 2, n, 16),
                                         torch.randn(1, 2, n, 16)], [(1, 2), (2, 2)]),

@@ -98,7 +98,8 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
         width = VECTOR_WIDTHS[kernel.program.output_dtypes[0]]
         if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
             width = 1  # a vector would straddle two rows
-    if STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH:
+    if (STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH
+            and kernel.static_last_dim):
         # strided reads (a transpose, a per-channel broadcast, an im2col copy): the flat schedule divides the
         # index into every coordinate for every element; rows do it once per row, then step along the last dim
         launch = configure_rows(kernel, inputs, device_type) if not program.gather_indices else None

@@ -16,6 +16,7 @@ from torchfuser.ir.interpret import run_program
 from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.layout import is_dense, strides_in_order
 from torchfuser.ir.program import Program
+from torchfuser.ir.symbolic import has_symbols
 
 # Per-input layouts of a pointwise launch, after permuting to the output's memory order and collapsing dims.
 CONTIGUOUS = "contig"  # element i of the iteration space is element i of the input
@@ -87,6 +88,8 @@ class PointwiseKernel(FusedKernel):
         # iterate in the output's memory order (outermost first), as TensorIterator does
         order = sorted(range(len(out_shape)), key=lambda d: -out_stride[d]) if out_stride else []
         self.order = order if is_dense(self.out_shape, out_stride, order) else list(range(len(out_shape)))
+        # the row schedule compiles the last dim's extent in: only where it is the same at every call
+        self.static_last_dim = not self.out_shape or not has_symbols([self.out_shape[-1]])
 
     def sized_dims(self) -> list:
         return list(self.out_shape)
