@@ -164,7 +164,7 @@ def test_cpu_devices_use_the_packed_schedule():
     actual, expected = run(model, torch.randn(gemm_launch.ROWS_MAX_M + 13, 40))  # decode sizes run "rows"
     assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
-    assert "schedule=packed" in kernel.spec and "vload16" in kernel.source
+    assert "schedule=packed" in kernel.spec and f"vload{gemm_launch.panel_vector_width()}(" in kernel.source
 
 
 def test_in_place_weight_updates_are_seen(monkeypatch):
@@ -304,7 +304,7 @@ def test_batched_matmul_extern_variant(monkeypatch):
     import torchfuser.runtime.gemm_launch as gemm_launch
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
-    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", {width: () for width in gemm_launch.PACKED_VARIANTS})
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     fn = lambda a, b: torch.relu(torch.bmm(a, b)) * 2  # noqa: E731
     a, b = torch.randn(4, 9, 12), torch.randn(4, 12, 10)
@@ -323,13 +323,17 @@ def test_a_kernel_result_as_the_packed_operand_is_complete_before_packing():
         assert_close(compiled(a, b), fn(a, b), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("variant,batched", [(v, False) for v in gemm_launch.PACKED_VARIANTS]
-                         + [(gemm_launch.PACKED_VARIANTS[0], True)])
-def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(variant, batched, monkeypatch, tmp_path):
+@pytest.mark.parametrize("width,variant,batched",
+                         [(w, v, False) for w, variants in gemm_launch.PACKED_VARIANTS.items() for v in variants]
+                         + [(w, variants[0], True) for w, variants in gemm_launch.PACKED_VARIANTS.items()])
+def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(width, variant, batched, monkeypatch,
+                                                                        tmp_path):
     """K spans several K blocks, M and N end in partial tiles, N has full panels too: partial sums pass
-    through C between blocks except on the ragged last panel. Every variant of the search space."""
+    through C between blocks except on the ragged last panel. Every variant of each vector width's search
+    space, whatever this CPU's own width."""
     import torchfuser.runtime.autotune as autotune
 
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: width)
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
     monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None: [gemm_launch.GemmVariant("packed", *variant)])
@@ -348,6 +352,7 @@ def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(variant,
     (gemm,) = [kernel for kernel in torchfuser.last_report().kernels if kernel.kind == "gemm"]
     tm, tn, kb, rb = variant
     assert f"tile={tm}x{tn}" in gemm.spec and f"k_block={kb} row_blocks={rb}" in gemm.spec
+    assert ("vector=8" in gemm.spec) == (width == 8)
 
 
 @pytest.mark.parametrize("variant", gemm_launch.TILED_VARIANTS)

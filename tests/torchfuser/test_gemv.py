@@ -50,9 +50,12 @@ EPILOGUES = {
 }
 
 
+@pytest.mark.parametrize("width", sorted(gemm_launch.ROWS_TILES))
 @pytest.mark.parametrize("name", sorted(EPILOGUES))
-def test_every_epilogue_over_row_counts_and_ragged_shapes(name):
-    """One compiled kernel per epilogue serves every M, N and K (all are runtime arguments)."""
+def test_every_epilogue_over_row_counts_and_ragged_shapes(name, width, monkeypatch):
+    """One compiled kernel per epilogue serves every M, N and K (all are runtime arguments); with either
+    vector width's tiles, whatever this CPU's own."""
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: width)
     make, eager, extras = EPILOGUES[name]
     kernel = make()
     for k, n in [(771, 1001), (40, 17), (5, 64)]:  # odd K, ragged N; N < 32 (one narrow panel); full panels
@@ -63,7 +66,8 @@ def test_every_epilogue_over_row_counts_and_ragged_shapes(name):
             for b in (w.t(), w.t().contiguous()):  # a Linear's weight viewed transposed, and a [K, N] matrix
                 assert_close(kernel(a, b, *more), eager(a @ b, *more))
     specs = {launch.spec for launch in configurations(kernel)}
-    assert {(s.schedule, s.tile_m, s.tile_n) for s in specs} == {("rows", 8, 32)}
+    assert {(s.schedule, s.tile_m, s.tile_n, s.vector_width) for s in specs} == {("rows", *gemm_launch.ROWS_TILES[width],
+                                                                                   width)}
     assert len({s.key_text() for s in specs}) == 1  # M, N and K are not part of the kernel
 
 
@@ -114,7 +118,7 @@ def test_compiled_linear_at_decode_sizes(act):
             assert_close(compiled(x), model(x))
             (kernel,) = torchfuser.last_report().kernels
             assert kernel.kind == "gemm" and "schedule=rows" in kernel.spec, (m, kernel.spec)
-            assert kernel.tuning["winner"] == "rows 8x32"
+            assert kernel.tuning["winner"] == gemm_launch.rows_variant(1001).name
 
 
 def test_one_token_through_a_residual_mlp_block():
@@ -152,7 +156,8 @@ def test_more_rows_and_batched_matmuls_keep_the_packed_schedule():
         gemm_launch.launch_for(EPILOGUES["none"][0](), gemm_launch.rows_variant(50), [a, b])
 
 
-def test_variant_names_defaults_and_candidates():
+def test_variant_names_defaults_and_candidates(monkeypatch):
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)  # AVX-512's tables
     rows = gemm_launch.GemmVariant("rows", 8, 32)
     assert rows.name == "rows 8x32" and gemm_launch.GemmVariant.parse(rows.name) == rows
     assert gemm_launch.default_variant("CPU", 3072, 1) == rows
@@ -168,6 +173,22 @@ def test_variant_names_defaults_and_candidates():
     names = lambda m: [v.name for v in gemm_launch.candidate_variants(Cpu(), m)]  # noqa: E731
     assert "rows 8x32" in names(1) and "rows 8x32" in names(gemm_launch.ROWS_MAX_M)
     assert "rows 8x32" not in names(gemm_launch.ROWS_MAX_M + 1) and "rows 8x32" not in names(None)
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 8)  # AVX2's: 8-float vectors, 16-wide panels
+    assert gemm_launch.default_variant("CPU", 3072, 1).name == "rows 4x16"
+    assert gemm_launch.default_variant("CPU", 3072).name == "packed 4x16 k256 r16"
+    assert "rows 4x16" in names(1) and "packed 4x24 k512 r8" in names(None)
+
+
+def test_the_vector_width_follows_the_device_and_enters_the_key():
+    from torchfuser.ir.kernels import GemmSpec
+
+    native = torchfuser.runtime.device.get_device().cl_device.native_vector_width_float
+    assert gemm_launch.panel_vector_width() == (16 if native >= 16 else 8)
+    program = EPILOGUES["none"][0]().epilogue
+    wide, narrow = (GemmSpec("float32", program, "int", 4, 16, "packed", (), vector_width=w) for w in (16, 8))
+    assert "vector=" not in wide.key_text() and "vector=8" in narrow.key_text()  # old keys stay valid
+    with pytest.raises(ValueError, match="multiple of vector_width"):
+        GemmSpec("float32", program, "int", 4, 12, "packed", (), vector_width=8)
 
 
 def test_rows_spec_validation_and_key_text():
@@ -184,7 +205,8 @@ def test_rows_spec_validation_and_key_text():
 
 def test_the_search_times_the_rows_variant_for_decode_sizes(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
-    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ((8, 32, 256, 8),))
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)  # AVX-512's tables
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", {16: ((8, 32, 256, 8),)})
     model = LinearAct(48, 80, "gelu").eval()
     x = torch.randn(4, 48)
     with torch.no_grad():
@@ -200,4 +222,4 @@ def test_the_report_names_the_schedule_at_one_token():
         assert_close(torchfuser.compile(model)(x), model(x))
     (kernel,) = torchfuser.last_report().kernels
     assert "schedule=rows" in kernel.spec and "switch (rows)" in kernel.source
-    assert kernel.tuning["winner"] == "rows 8x32"
+    assert kernel.tuning["winner"] == gemm_launch.rows_variant(512).name

@@ -3,7 +3,8 @@
 On CPU devices the packed schedule runs, and the rows schedule for decode-sized mms (M <= ROWS_MAX_M): B
 (usually a weight viewed as its transpose) is packed once into [N/tile_n][K][tile_n] panels and the packed
 copy is reused while the tensor it was made from is the same object at the same version (an optimiser step
-bumps the version and forces a re-pack); both schedules read the same 32-wide panels, one copy per weight.
+bumps the version and forces a re-pack); both schedules read the same panels (32 wide on AVX-512, 16 on
+AVX2), one copy per weight.
 Other devices (GPUs) use the tiled schedule: work-groups stage A and B tiles through local memory, read
 through their strides.
 A tiled configuration that exceeds the device's work-group or local-memory limits runs strided instead
@@ -67,11 +68,15 @@ class GemmVariant:
                    blocking.get("m", 0), blocking.get("n", 0))
 
 
-# the autotuner's CPU search space: (tile_m, tile_n, k_block, row_blocks). 8x32 is 16 float16 accumulators
-# (half the AVX-512 registers); a 256-deep K block of a 32-wide panel is 32 KiB, inside L1. The unblocked
-# 8x32 k0 r1 (still a valid name) never won a search and costs a ~1 s PoCL compile at its first launch.
-PACKED_VARIANTS = ((8, 32, 256, 8), (8, 32, 128, 16), (8, 32, 192, 8), (8, 32, 256, 2), (4, 64, 128, 8),
-                   (8, 16, 256, 8))
+# the autotuner's CPU search spaces, per vector width: (tile_m, tile_n, k_block, row_blocks). A tile keeps
+# tile_m x tile_n / width accumulators in registers beside tile_n / width B vectors and A's broadcast: 8x32
+# is 16 float16 (half the AVX-512 registers), 4x16 and 4x24 are 8 and 12 float8 (of AVX2's 16). A 256-deep K
+# block of a 32-wide panel is 32 KiB, inside L1. The unblocked 8x32 k0 r1 (still a valid name) never won a
+# search and costs a ~1 s PoCL compile at its first launch.
+PACKED_VARIANTS = {
+    16: ((8, 32, 256, 8), (8, 32, 128, 16), (8, 32, 192, 8), (8, 32, 256, 2), (4, 64, 128, 8), (8, 16, 256, 8)),
+    8: ((4, 16, 256, 16), (4, 24, 512, 8), (4, 24, 256, 16), (4, 16, 384, 8), (5, 16, 256, 8), (6, 16, 256, 8)),
+}
 
 
 # the GPU search space: (tile_m, tile_n, block_m, block_n, k_block). 256-item groups of 4x4 to 8x8 outputs
@@ -85,27 +90,34 @@ def tiled_variant(tile_m, tile_n, block_m, block_n, k_block) -> GemmVariant:
     return GemmVariant("tiled", tile_m, tile_n, k_block, 1, block_m, block_n)
 
 
-# The decode schedule on CPUs: passes of up to 8 rows (8 x 32 -> 16 float16 accumulators) over the same
-# packed panels. ROWS_MAX_M: the largest M it runs by default and is a search candidate for. Measured against
+# The decode schedule on CPUs: passes of up to ROWS_TILES[width] rows (8 x 32: 16 float16 accumulators;
+# 4 x 16: 8 float8) over the same packed panels as the first packed variant. ROWS_MAX_M: the largest M it runs by default and is a search candidate for. Measured against
 # packed 8x32 k256 r8 (2 Zen 4 vCPUs, medians of interleaved rounds, weights cold / L3-warm), rows / packed
 # speed: M = 1-16: 0.96-1.33x cold, 1.03-1.7x warm (768x3072, 3072x768, 4096x4096, 16384x768); M = 32:
 # 1.03-1.18x (16384x768, a 2 MiB panel that each pass streams again: 1.03x cold, 0.99x warm); M = 64: 0.97x
 # at 16384x768, so the crossover is between 32 and 64 rows where K is large.
-ROWS_TILE_M, ROWS_MAX_M = 8, 32
+ROWS_TILES, ROWS_MAX_M = {16: (8, 32), 8: (4, 16)}, 32
 
 
-def rows_variant(n: int) -> GemmVariant:
-    return GemmVariant("rows", ROWS_TILE_M, 32 if n > 16 else 16)
+def _narrow(tile_n: int, n: int) -> int:
+    """A panel width for n columns: outputs of at most 16 columns take 16-wide panels."""
+    return tile_n if n > 16 else min(tile_n, 16)
+
+
+def rows_variant(n: int, width: int | None = None) -> GemmVariant:
+    tile_m, tile_n = ROWS_TILES[width or panel_vector_width()]
+    return GemmVariant("rows", tile_m, _narrow(tile_n, n))
 
 
 def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVariant:
     """The no-search choice: on CPUs the rows schedule for a plain mm of m <= ROWS_MAX_M rows (m None: a
-    bmm, or unknown), else packed 8x32 (8x16 for narrow outputs) K-blocked by 256; tiled 64x64 blocks
-    (32x32 for narrow outputs) elsewhere."""
+    bmm, or unknown), else the first packed variant of the device's vector width (8x32 K-blocked by 256 on
+    AVX-512; 16-wide panels for narrow outputs); tiled 64x64 blocks (32x32 for narrow outputs) elsewhere."""
     if device_type == "CPU":
         if m is not None and m <= ROWS_MAX_M:
             return rows_variant(n)
-        return GemmVariant("packed", 8, 32 if n > 16 else 16, 256, 8)
+        tile_m, tile_n, k_block, row_blocks = PACKED_VARIANTS[panel_vector_width()][0]
+        return GemmVariant("packed", tile_m, _narrow(tile_n, n), k_block, row_blocks)
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
@@ -114,9 +126,10 @@ def candidate_variants(device, m: int | None = None) -> list[GemmVariant]:
     schedule."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
-    found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS]
+    width = panel_vector_width()
+    found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS[width]]
     if m is not None and m <= ROWS_MAX_M:
-        found.append(rows_variant(n=32))  # rows 8x32: the panels of the packed 8x32 variants
+        found.append(rows_variant(n=32, width=width))  # on the panels of the first packed variant
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
 
 
@@ -267,7 +280,15 @@ def configure_gemm(kernel: GemmKernel, inputs, device_type: str) -> Launch:
     return launch_for(kernel, variant, inputs)
 
 
-def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
+def panel_vector_width() -> int:
+    """Floats per vector along a packed panel: the device's native float width, 16 on AVX-512 and 8 below it
+    (a wider vector than the registers is split in two and the accumulator tile spills)."""
+    device = get_device()
+    native = device.cl_device.native_vector_width_float if device is not None else 16
+    return 16 if native >= 16 else 8
+
+
+def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs, vector_width: int | None = None) -> Launch:
     a, b, *extras = inputs
     batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
@@ -283,7 +304,8 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     spec = GemmSpec(DTYPE_NAMES[a.dtype], kernel.epilogue, index_type_for(reach), variant.tile_m, variant.tile_n,
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
-                    variant.block_n if tiled else 0)
+                    variant.block_n if tiled else 0,
+                    (vector_width or panel_vector_width()) if packed or rows else 16)
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)

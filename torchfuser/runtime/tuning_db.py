@@ -14,8 +14,9 @@ import warnings
 
 from torchfuser.runtime.kernel_cache import cache_dir
 
-DB_VERSION = 3  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
-# whichever candidate ran first after the host BLAS (its choices were biased by OpenMP's spinning threads)
+DB_VERSION = 4  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
+# whichever candidate ran first after the host BLAS (its choices were biased by OpenMP's spinning threads);
+# 4: panels use the device's native vector width (AVX2 choices were timed with spilling float16 tiles)
 
 
 class TuningDatabase:

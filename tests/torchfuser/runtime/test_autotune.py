@@ -18,10 +18,12 @@ from eager_compare import assert_close
 
 @pytest.fixture
 def tuning(tmp_path, monkeypatch):
-    """Autotuning on, a private cache dir, and a two-tile search space so tests stay quick."""
+    """Autotuning on, a private cache dir, and a two-tile search space so tests stay quick; the AVX-512
+    tables (16-float vectors) whatever this CPU's width, so the names below hold everywhere."""
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ((8, 32, 256, 8), (4, 16, 0, 1)))
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", {16: ((8, 32, 256, 8), (4, 16, 0, 1))})
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)  # the test shapes are small
     return tmp_path
 
@@ -101,7 +103,7 @@ def test_a_damaged_database_is_ignored_with_a_warning_and_rewritten(tuning):
 
 
 def test_the_extern_variant_is_blas_plus_an_opencl_epilogue(tuning, monkeypatch):
-    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", ())  # only the host BLAS is left to choose...
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", {16: ()})  # only the host BLAS is left to choose...
     monkeypatch.setattr(gemm_launch, "ROWS_MAX_M", 0)  # ...the decode schedule included
     x = torch.randn(17, 48)
     kernel = compile_and_check(model(), x)
@@ -127,7 +129,7 @@ def test_tiny_gemms_are_not_worth_a_search(tuning, monkeypatch):
 
 
 def test_variant_names_round_trip():
-    variants = [gemm_launch.GemmVariant("packed", *v) for v in gemm_launch.PACKED_VARIANTS]
+    variants = [gemm_launch.GemmVariant("packed", *v) for vs in gemm_launch.PACKED_VARIANTS.values() for v in vs]
     variants += [gemm_launch.tiled_variant(*v) for v in gemm_launch.TILED_VARIANTS]
     variants += [gemm_launch.STRIDED_VARIANT, gemm_launch.GemmVariant("extern")]
     assert [gemm_launch.GemmVariant.parse(v.name) for v in variants] == variants

@@ -60,7 +60,7 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
               f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
               "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
-    return spec.tile_n // 16, vector_epilogue, params
+    return spec.tile_n // spec.vector_width, vector_epilogue, params
 
 
 def packed_gemm_source(spec: GemmSpec) -> str:
@@ -68,27 +68,27 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
     of the stack passes over it, partial sums going through C between blocks (they are float32, as C is).
     The last panel of a ragged N has no room for partial sums in C, so it takes K in one block."""
-    idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
+    idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
     rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;" for i in range(tm))
     # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
     start = "\n      ".join(
-        f"float16 {acc[i][v]} = k0 == 0 ? (float16)0.0f : vload16(0, C + min(m0 + {i}, M - 1) * N + n0 + {16 * v});"
+        f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
         for i in range(tm) for v in range(vectors))
-    load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
+    load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
     fmas = "\n        ".join(
-        f"{{ const float16 a = (float16)(a{i}[k * sak]); "
+        f"{{ const float{w} a = (float{w})(a{i}[k * sak]); "
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
         for i in range(tm))
     partial = "\n      ".join(
-        f"if (m0 + {i} < M) {{ " + " ".join(f"vstore16({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {16 * v});"
+        f"if (m0 + {i} < M) {{ " + " ".join(f"vstore{w}({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {w * v});"
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
     whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
     k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
-    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue], w if vector_epilogue else 1)}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
 {{
@@ -124,7 +124,7 @@ __kernel void {spec.kernel_name}(
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
     """Epilogue and store of tile row i: float16 at a time on full panels, element by element on the tail."""
-    spill = " ".join(f"vstore16({value}, {v}, tile);" for v, value in enumerate(acc))
+    spill = " ".join(f"vstore{spec.vector_width}({value}, {v}, tile);" for v, value in enumerate(acc))
     store = _store_panel_row(spec, acc, f"w{i}_", vector_epilogue, f"float tile[{spec.tile_n}]; {spill} ", "tile")
     return f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {store} }}"
 
@@ -133,21 +133,21 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
                      tail_row: str) -> str:
     """Epilogue and store of row m, columns n0.. of one panel: from the float16 accumulators `acc` on a full
     panel (vector epilogues), else element by element from the floats `tail_row[j]` (after `tail_setup`)."""
-    tn = spec.tile_n
+    tn, w = spec.tile_n, spec.vector_width
     full_tile = []
     for v, value in enumerate(acc):
         loads = []
         for e, layout in enumerate(spec.extra_layouts, start=1):
             c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
             where = f"offE{e} + m * sE{e}m"
-            loads.append(f"const float16 e{e}_{v} = " + (
-                f"vload16(0, E{e} + {where} + n0 + {16 * v});" if layout == "row" else f"(float16)(({c_type})E{e}[{where}]);"
+            loads.append(f"const float{w} e{e}_{v} = " + (
+                f"vload{w}(0, E{e} + {where} + n0 + {w * v});" if layout == "row" else f"(float{w})(({c_type})E{e}[{where}]);"
             ))
         body, (result,) = program_statements(
             spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
-            prefix=f"{prefix}{v}_", width=16,
+            prefix=f"{prefix}{v}_", width=w,
         )
-        full_tile += loads + body + [f"vstore16({result}, 0, C + m * N + n0 + {16 * v});"]
+        full_tile += loads + body + [f"vstore{w}({result}, 0, C + m * N + n0 + {w * v});"]
     # a statement per line: the explorer maps source lines to the graph nodes they compute
     indent = "\n          "
     tail = indent.join(_scalar_epilogue(spec, f"{tail_row}[j]") + ["C[m * N + n] = r;"])
@@ -163,19 +163,19 @@ def rows_gemm_source(spec: GemmSpec) -> str:
     runs at the speed of reading the weights. M is a runtime argument and each row count 1..tile_m has its
     own loop (no FMAs on padding rows); M > tile_m takes further passes, over a panel then in L2. A pass
     leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes."""
-    idx, tm, tn = spec.index_type, spec.tile_m, spec.tile_n
+    idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
-    load_b = " ".join(f"const float16 b{v} = vload16({v}, bk);" for v in range(vectors))
+    load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
 
     def rows_pass(r: int) -> str:
         acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(r)]
         rows = " ".join(f"__global const float* a{i} = A + offA + (m0 + {i}) * sam;" for i in range(r))
-        start = " ".join(f"float16 {acc[i][v]} = 0.0f;" for i in range(r) for v in range(vectors))
+        start = " ".join(f"float{w} {acc[i][v]} = 0.0f;" for i in range(r) for v in range(vectors))
         fmas = "\n          ".join(
-            f"{{ const float16 a = (float16)(a{i}[k * sak]); "
+            f"{{ const float{w} a = (float{w})(a{i}[k * sak]); "
             + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
             for i in range(r))
-        spill = " ".join(f"vstore16({acc[i][v]}, {v}, tile[{i}]);" for i in range(r) for v in range(vectors))
+        spill = " ".join(f"vstore{w}({acc[i][v]}, {v}, tile[{i}]);" for i in range(r) for v in range(vectors))
         return f"""{"default" if r == tm else f"case {r}"}: {{
         {rows}
         {start}
@@ -188,10 +188,10 @@ def rows_gemm_source(spec: GemmSpec) -> str:
       }} break;"""
 
     acc = [f"acc{v}" for v in range(vectors)]
-    load_acc = " ".join(f"const float16 {acc[v]} = vload16({v}, tile[i]);" for v in range(vectors))
+    load_acc = " ".join(f"const float{w} {acc[v]} = vload{w}({v}, tile[i]);" for v in range(vectors))
     store = _store_panel_row(spec, acc, "w", vector_epilogue, "", "tile[i]")
     passes = "\n      ".join(rows_pass(r) for r in range(1, tm + 1))
-    return f"""{PREAMBLE}{helpers_for([spec.epilogue], 16 if vector_epilogue else 1)}
+    return f"""{PREAMBLE}{helpers_for([spec.epilogue], w if vector_epilogue else 1)}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
 {{

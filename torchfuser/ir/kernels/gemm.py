@@ -35,6 +35,9 @@ class GemmSpec(KernelSpec):
     row_blocks: int = 1  # packed: row tiles per work-item, each passing over the same K block of the panel
     block_m: int = 0  # tiled: rows of C per work-group (block_m / tile_m work-items along M)
     block_n: int = 0  # tiled: columns of C per work-group (block_n / tile_n work-items along N)
+    # packed, rows: floats per vector along n, the device's native SIMD width (16 on AVX-512, 8 on AVX2):
+    # wider vectors than the registers split in two and the accumulator tile spills
+    vector_width: int = 16
 
     kind = "gemm"
 
@@ -49,12 +52,15 @@ class GemmSpec(KernelSpec):
             raise ValueError("tiled GEMM: k_block > 0 and blocks that are whole multiples of the item tile")
         if not tiled and (self.block_m or self.block_n):
             raise ValueError("block_m and block_n belong to the tiled schedule")
-        if self.schedule == "packed" and (self.tile_n % 16 or len(self.extra_layouts) != self.n_extra):
-            raise ValueError("packed GEMM: tile_n a multiple of 16 and one layout per extra input")
-        if self.schedule == "rows" and not (self.tile_n % 16 == 0 and len(self.extra_layouts) == self.n_extra
-                                            and 1 <= self.tile_m <= 16 and self.k_block == 0 and self.row_blocks == 1):
-            raise ValueError("rows GEMM: tile_n a multiple of 16, one layout per extra input, passes of 1 to 16 "
-                             "rows (tile_m), no K blocks and one row block")
+        if self.vector_width not in (4, 8, 16):
+            raise ValueError("vector_width is 4, 8 or 16")
+        if self.schedule == "packed" and (self.tile_n % self.vector_width or len(self.extra_layouts) != self.n_extra):
+            raise ValueError("packed GEMM: tile_n a multiple of vector_width and one layout per extra input")
+        if self.schedule == "rows" and not (self.tile_n % self.vector_width == 0
+                                            and len(self.extra_layouts) == self.n_extra and 1 <= self.tile_m <= 16
+                                            and self.k_block == 0 and self.row_blocks == 1):
+            raise ValueError("rows GEMM: tile_n a multiple of vector_width, one layout per extra input, passes of "
+                             "1 to 16 rows (tile_m), no K blocks and one row block")
         if self.k_block < 0 or self.row_blocks < 1:
             raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
@@ -72,7 +78,8 @@ class GemmSpec(KernelSpec):
             f"schedule={self.schedule} extras={','.join(self.extra_layouts)} "
             f"k_block={self.k_block} row_blocks={self.row_blocks}"
             # only tiled specs carry blocks: the other schedules' key texts stay what they were
-            f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}\n"
+            f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}"
+            f"{f' vector={self.vector_width}' if self.vector_width != 16 else ''}\n"
             f"{self.epilogue.text()}"
         )
 

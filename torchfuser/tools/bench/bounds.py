@@ -17,25 +17,26 @@ from torchfuser.runtime.timing import interleaved_medians
 COPY_BYTES = 64 << 20  # per copy operand: well over any L3 here (32 MiB on the EPYCs), so DRAM is what is measured
 
 
-def _fma_source(chains: int) -> str:
+def _fma_source(chains: int, width: int) -> str:
     decl = ", ".join(f"c{i} = a + {i}" for i in range(chains))
     body = " ".join(f"c{i} = fma(c{i}, b, a);" for i in range(chains))
     total = " + ".join(f"c{i}" for i in range(chains))
     return (f"__kernel void fma_probe_{chains}(__global float* out, const int n) {{\n"
-            f"  float16 a = (float16)(get_global_id(0) * 1e-9f), b = (float16)(0.999f);\n"
-            f"  float16 {decl};\n"
+            f"  float{width} a = (float{width})(get_global_id(0) * 1e-9f), b = (float{width})(0.999f);\n"
+            f"  float{width} {decl};\n"
             f"  for (int i = 0; i < n; ++i) {{ {body} }}\n"
-            f"  vstore16({total}, get_global_id(0), out);\n}}\n")
+            f"  vstore{width}({total}, get_global_id(0), out);\n}}\n")
 
 
-# (independent float16 FMA chains per work-item, explicit local size). Which one PoCL runs fastest depends
-# on the CPU (register count, FMA latency x ports) and on how PoCL vectorises across a work-group's items,
-# so the probe runs all of them and keeps the best.
-FMA_VARIANTS = ((8, 1), (8, 4), (16, 4), (16, 16))
+# (independent FMA chains per work-item, explicit local size), on vectors of the device's native width (a
+# float16 on AVX2 is two registers, and 16 chains of them spill: the probe then read 109 GFLOP/s where MKL ran
+# at 180). Which one PoCL runs fastest depends on the CPU (register count, FMA latency x ports) and on how
+# PoCL vectorises across a work-group's items, so the probe runs all of them and keeps the best.
+FMA_VARIANTS = ((8, 1), (8, 4), (12, 4), (16, 4), (16, 16))
 
 
 def fma_ceiling(rounds: int = 20, flop_per_launch: float = 2e9) -> float | None:
-    """FLOP/s upper bound of the torchfuser device: the best of independent float16 FMA chains.
+    """FLOP/s upper bound of the torchfuser device: the best of independent FMA chains on native vectors.
 
     Each variant of FMA_VARIANTS (chains per work-item, explicit local size) is launched as 16 work-groups per
     compute unit: many more work-groups than PoCL has worker threads, so that no thread idles (the previous
@@ -56,17 +57,18 @@ def fma_ceiling(rounds: int = 20, flop_per_launch: float = 2e9) -> float | None:
         return None
     groups = 16 * (device.cl_device.max_compute_units + (device.inline is not None))
     devices = [device.cl_device] + ([device.inline.cl_device] if device.inline is not None else [])
-    programs = {c: cl.Program(device.context, _fma_source(c)).build(devices=devices)
+    width = 16 if device.cl_device.native_vector_width_float >= 16 else 8
+    programs = {c: cl.Program(device.context, _fma_source(c, width)).build(devices=devices)
                 for c in {c for c, _ in FMA_VARIANTS}}
     launches = []
     for chains, local in FMA_VARIANTS:
         if local > device.cl_device.max_work_group_size:
             continue
         items = groups * local
-        loops = max(1, int(flop_per_launch / (items * chains * 16 * 2)))
+        loops = max(1, int(flop_per_launch / (items * chains * width * 2)))
         kernels = [cl.Kernel(programs[chains], f"fma_probe_{chains}") for _ in devices]
-        out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 64 * items)
-        launches.append((kernels, out, items, local, loops, items * loops * chains * 16 * 2))
+        out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 4 * width * items)
+        launches.append((kernels, out, items, local, loops, items * loops * chains * width * 2))
     best = 0.0
     for _ in range(rounds):
         for kernels, out, items, local, loops, flop in launches:
@@ -140,6 +142,6 @@ def format_ceilings(copy: dict | None, fma: float | None) -> str:
         lines.append(f"copy bandwidth ({copy['bytes'] >> 20} MiB, read + write, best round): {ways} GB/s "
                      f"-> ceiling {copy['ceiling'] / 1e9:.1f} GB/s (the best way)")
     if fma:
-        lines.append(f"FMA ceiling: {fma / 1e9:.0f} GFLOP/s (OpenCL float16 FMA chains, "
+        lines.append(f"FMA ceiling: {fma / 1e9:.0f} GFLOP/s (OpenCL FMA chains, "
                      f"{len(FMA_VARIANTS)} shapes x 20 launches, best)")
     return "\n".join(lines)
