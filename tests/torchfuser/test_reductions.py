@@ -48,9 +48,11 @@ def reduction_kernels():
     return [k for k in torchfuser.last_report().kernels if k.kind == "reduction"]
 
 
+@pytest.mark.parametrize("width", [8, 16])
 @pytest.mark.parametrize("n", [1, 7, 768, 4097])
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
-def test_each_reduction_matches_eager(name, n):
+def test_each_reduction_matches_eager(name, n, width, vector_width):
+    vector_width(width)  # AVX2's vectors and AVX-512's, whatever this CPU's
     fn = REDUCTIONS[name]
     x, w, b = torch.randn(2, 3, n), torch.randn(n), torch.randn(n)
     # a sum of n terms in another order differs by about sqrt(n) roundings of its partial sums (a 4097-term
@@ -344,8 +346,10 @@ def test_transformer_block_norms_and_attention_softmax():
     assert len(covered) == 3 and any({"where", "_softmax"} <= set(nodes) for nodes in covered)
 
 
+@pytest.mark.parametrize("width", [8, 16])
 @pytest.mark.parametrize("n", [7, 33, 100])
-def test_masks_comparisons_and_logic_take_the_vector_path(n):
+def test_masks_comparisons_and_logic_take_the_vector_path(n, width, vector_width):
+    vector_width(width)
     def fn(x, keep, y):
         # bool load, comparison, logical ops, bool -> float cast, where: all in the prologue
         allowed = torch.logical_and(keep, x > -1.5) | (y > 2)
@@ -358,7 +362,7 @@ def test_masks_comparisons_and_logic_take_the_vector_path(n):
     for actual, expected in zip(compiled(fn, x, keep, y), fn(x, keep, y)):
         assert_close(actual, expected)
     kernels = reduction_kernels()
-    assert len(kernels) == 2 and all("vload16" in k.source and "select(" in k.source for k in kernels)
+    assert len(kernels) == 2 and all(f"vload{width}(" in k.source and "select(" in k.source for k in kernels)
 
 
 def test_layer_norm_and_softmax_written_out_are_one_kernel_each():

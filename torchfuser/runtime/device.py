@@ -63,6 +63,14 @@ class Device:
             return self.type_name == "CPU"
 
     @cached_property
+    def vector_widths(self) -> dict[str, int]:
+        """Elements per vector in the kernels, by dtype: one SIMD register of a CPU (16 floats on AVX-512, 8
+        below it: a wider vector is split over several registers and long programs spill), 16 elsewhere."""
+        if self.type_name == "CPU" and self.cl_device.native_vector_width_float < 16:
+            return {"float32": 8, "float64": 4}
+        return {"float32": 16, "float64": 8}
+
+    @cached_property
     def zero_copy(self) -> bool:
         """Buffers are views of torch's host memory (USE_HOST_PTR), never copied."""
         if os.environ.get("TORCHFUSER_ZERO_COPY", "1") == "0":

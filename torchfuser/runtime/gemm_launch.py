@@ -25,7 +25,7 @@ from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.launch import Launch
+from torchfuser.runtime.launch import Launch, vector_widths
 from torchfuser.runtime.pointwise_launch import PointwiseLaunch, configure_pointwise
 
 logger = logging.getLogger("torchfuser")
@@ -283,9 +283,7 @@ def configure_gemm(kernel: GemmKernel, inputs, device_type: str) -> Launch:
 def panel_vector_width() -> int:
     """Floats per vector along a packed panel: the device's native float width, 16 on AVX-512 and 8 below it
     (a wider vector than the registers is split in two and the accumulator tile spills)."""
-    device = get_device()
-    native = device.cl_device.native_vector_width_float if device is not None else 16
-    return 16 if native >= 16 else 8
+    return vector_widths()["float32"]
 
 
 def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs, vector_width: int | None = None) -> Launch:

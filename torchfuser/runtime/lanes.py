@@ -28,22 +28,27 @@ from torchfuser.runtime.kernel_cache import build_quietly
 from torchfuser.runtime.tuning_db import TuningDatabase
 
 INLINE, SPLIT, THREADED = "inline", "split", "threaded"
-_RATES_KEY = "lane rates v4"
+_RATES_KEY = "lane rates v5"  # v5: the FMA probe on the device's native vectors (float16 spilled on AVX2)
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
-_PROBES = """
-__kernel void copy16(__global const float16* src, __global float16* dst) {
+_FMA_CHAINS = 8  # independent FMA chains per item: enough to cover the FMA latency on two pipes
+
+
+def _probes(width: int) -> str:
+    """The probe kernels on vectors of `width` floats (the device's native width)."""
+    chains = ", ".join(f"c{i} = a + {i}" for i in range(_FMA_CHAINS))
+    steps = " ".join(f"c{i} = fma(c{i}, b, a);" for i in range(_FMA_CHAINS))
+    total = " + ".join(f"c{i}" for i in range(_FMA_CHAINS))
+    return f"""
+__kernel void copy16(__global const float16* src, __global float16* dst) {{
   dst[get_global_id(0)] = src[get_global_id(0)];
-}
-__kernel void fma16(__global float* out, const int n) {
-  float16 a = (float16)(get_global_id(0) * 1e-9f), b = (float16)(0.999f);
-  float16 c0 = a, c1 = a + 1, c2 = a + 2, c3 = a + 3, c4 = a + 4, c5 = a + 5, c6 = a + 6, c7 = a + 7;
-  for (int i = 0; i < n; ++i) {
-    c0 = fma(c0, b, a); c1 = fma(c1, b, a); c2 = fma(c2, b, a); c3 = fma(c3, b, a);
-    c4 = fma(c4, b, a); c5 = fma(c5, b, a); c6 = fma(c6, b, a); c7 = fma(c7, b, a);
-  }
-  vstore16(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7, get_global_id(0), out);
-}
-__kernel void nothing(__global float* out) { }
+}}
+__kernel void fma_probe(__global float* out, const int n) {{
+  float{width} a = (float{width})(get_global_id(0) * 1e-9f), b = (float{width})(0.999f);
+  float{width} {chains};
+  for (int i = 0; i < n; ++i) {{ {steps} }}
+  vstore{width}({total}, get_global_id(0), out);
+}}
+__kernel void nothing(__global float* out) {{ }}
 """
 
 
@@ -117,11 +122,13 @@ def _measure(device) -> LaneRates:
     import pyopencl as cl
 
     context = device.context
-    program = build_quietly(cl.Program(context, _PROBES), [device.cl_device, device.inline.cl_device], options="")
+    width = device.vector_widths["float32"]
+    program = build_quietly(cl.Program(context, _probes(width)), [device.cl_device, device.inline.cl_device],
+                            options="")
     src = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
     dst = cl.Buffer(context, cl.mem_flags.READ_WRITE, _COPY_BYTES)
     fma_items, loops = 64 * (device.cl_device.max_compute_units + 1), 2000
-    out = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, 64 * fma_items)
+    out = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, 4 * width * fma_items)
 
     def kernels(name, *args):
         pair = cl.Kernel(program, name), cl.Kernel(program, name)
@@ -129,7 +136,7 @@ def _measure(device) -> LaneRates:
             kernel.set_args(*args)
         return pair
 
-    copy, fma, nothing = kernels("copy16", src, dst), kernels("fma16", out, np.int32(loops)), kernels("nothing", out)
+    copy, fma, nothing = kernels("copy16", src, dst), kernels("fma_probe", out, np.int32(loops)), kernels("nothing", out)
     copy_items = _COPY_BYTES // 64
     inline_copy = _best(lambda: _inline(device, copy, copy_items, 16))
     inline_fma = _best(lambda: _inline(device, fma, fma_items, 1))
@@ -142,9 +149,10 @@ def _measure(device) -> LaneRates:
         cl.enqueue_nd_range_kernel(device.queue, nothing[0], (1,), (1,))
         device.queue.finish()
         wakes.append(time.perf_counter() - started)
+    flops = fma_items * loops * _FMA_CHAINS * width * 2
     return LaneRates(
-        inline_bytes_per_s=2 * _COPY_BYTES / inline_copy, inline_flops_per_s=fma_items * loops * 256 / inline_fma,
-        split_bytes_per_s=2 * _COPY_BYTES / split_copy, split_flops_per_s=fma_items * loops * 256 / split_fma,
+        inline_bytes_per_s=2 * _COPY_BYTES / inline_copy, inline_flops_per_s=flops / inline_fma,
+        split_bytes_per_s=2 * _COPY_BYTES / split_copy, split_flops_per_s=flops / split_fma,
         # the lower quartile: a machine shared with other work makes some wakes slower, not faster
         wake_seconds=statistics.quantiles(wakes, n=4)[0],
         inline_launch_seconds=_best(lambda: _inline(device, nothing, 2, 1), 20),

@@ -17,8 +17,14 @@ import torch
 
 from torchfuser.ir.kernels import FusedKernel, kind_of
 from torchfuser.ir.layout import extent, layout_signature
+from torchfuser.runtime.device import get_device
 
-VECTOR_WIDTHS = {"float32": 16, "float64": 8}  # one 512-bit register's worth on AVX-512 CPUs
+
+
+def vector_widths() -> dict[str, int]:
+    """Elements per vector by dtype on the current device (Device.vector_widths; 16 floats without one)."""
+    device = get_device()
+    return device.vector_widths if device is not None else {"float32": 16, "float64": 8}
 
 
 @dataclass

@@ -23,7 +23,7 @@ from torchfuser.ir.kernels.pointwise import COLUMN, CONTIGUOUS, ROW, SCALAR, STR
 from torchfuser.ir.layout import (
     broadcast_strides, collapse, contiguous_strides, extent, index_type_for, strides_in_order,
 )
-from torchfuser.runtime.launch import VECTOR_WIDTHS, Launch
+from torchfuser.runtime.launch import Launch, vector_widths
 
 POINTWISE_GROUP = 64  # work-items per group: 1024 float32 elements on the vector path; PoCL's cost per group
 # is a fifth of the kernel time at 16 items (a 1M-element silu*y+z in the calling thread: 631 us at 16, 526 at 64)
@@ -95,7 +95,7 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
     width = 1
     plain = not program.indexes_last_dim and not program.gather_indices  # every input read at the element
     if STRIDED not in layouts and vectorisable(program) and plain:
-        width = VECTOR_WIDTHS[kernel.program.output_dtypes[0]]
+        width = vector_widths()[kernel.program.output_dtypes[0]]
         if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
             width = 1  # a vector would straddle two rows
     if (STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH

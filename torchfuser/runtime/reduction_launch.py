@@ -16,7 +16,7 @@ import numpy as np
 from torchfuser.ir.dtypes import TORCH_DTYPES
 from torchfuser.ir.kernels.reduction import GROUP_PER_ROW, ROW_PER_ITEM, ReductionKernel, ReductionSpec
 from torchfuser.ir.layout import broadcast_strides, collapse, contiguous_strides, extent, index_type_for
-from torchfuser.runtime.launch import VECTOR_WIDTHS, Launch
+from torchfuser.runtime.launch import Launch, vector_widths
 
 GROUP_SIZES = (32, 256)  # a work-group per row: at least a warp, at most what most GPUs give freely
 
@@ -62,7 +62,7 @@ def configure_reduction(kernel: ReductionKernel, inputs, device_type: str) -> Re
     reach = max([rows * n] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     if device_type == "CPU":
-        width = VECTOR_WIDTHS.get(kernel.reduction.stages[0].acc_dtype, 1) if kernel.reduction.stages else 1
+        width = vector_widths().get(kernel.reduction.stages[0].acc_dtype, 1) if kernel.reduction.stages else 1
         spec = ReductionSpec(kernel.reduction, layouts, len(sizes), index_type, ROW_PER_ITEM, vector_width=width)
         local = cpu_rows_per_group(rows)
         global_size, local_size = (-(-max(rows, 1) // local) * local,), (local,)
