@@ -267,7 +267,7 @@ def test_disabled_pass_leaves_sdpa_to_pytorch_with_the_reason():
     assert reasons == {"aten._scaled_dot_product_flash_attention_for_cpu.default": "fuse_attention is disabled"}
 
 
-@pytest.mark.parametrize("tile", [(4, 1), (8, 3), (16, 2)], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("tile", [(4, 1), (8, 1), (8, 3), (16, 2)], ids=lambda t: f"{t[0]}x{t[1]}")
 def test_query_tiles_with_tails(tile, monkeypatch):
     """The CPU schedule's query tiles (lanes x vectors): T not a multiple of the tile (rows past T are
     recomputed from row T - 1 and not stored), a head dim with a tail, masks, causal, logsumexp."""

@@ -8,7 +8,7 @@ import torch
 
 from torchfuser.ir.kernels.attention import ATTENTION_CPU, ATTENTION_GPU, AttentionKernel, AttentionSpec
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
-from torchfuser.runtime.launch import Launch
+from torchfuser.runtime.launch import Launch, vector_widths
 
 
 class AttentionLaunch(Launch):
@@ -28,8 +28,11 @@ class AttentionLaunch(Launch):
 
 def cpu_tile(t: int) -> tuple[int, int]:
     """(lanes, query vectors) per work-item on CPU devices. Two vectors of 16 rows share every k and v
-    load (GPT-2 shapes, PoCL on AVX-512: ~1.3x one vector); short query lengths take narrower vectors
-    rather than computing rows past T."""
+    load (GPT-2 shapes, PoCL on AVX-512: ~1.3x one vector); below AVX-512 one vector of 8 rows (a float16
+    is two registers there, and 16 of them spill: 1.35x slower on GPT-2's causal attention); short query
+    lengths take narrower vectors rather than computing rows past T."""
+    if vector_widths()["float32"] < 16:
+        return (8, 1) if t > 4 else (4, 1)
     if t >= 32:
         return 16, 2
     return (16, 1) if t > 8 else (8, 1) if t > 4 else (4, 1)
