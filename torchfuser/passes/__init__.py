@@ -8,8 +8,8 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms,
-    reduce_over_last_dim, tensor_scalar_operands,
+    batch_norm_as_affine, cat_as_last_dim, eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise,
+    fuse_reductions, merge_sibling_gemms, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -18,6 +18,8 @@ from torchfuser.passes.pipeline import (
 
 # numbers Dynamo passes as 0-d tensors (dynamic shapes) first, so that every fusion below sees them as inputs
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
+# cats along inner dims (a KV cache's append) as cats along the last dim of flattening views: row kernels
+register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 # reductions over any dims as reductions over the last dim of a view, the form fuse_reductions takes
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
 # inference batch norm as its per-channel affine, elementwise ops the fusions below take in

@@ -30,7 +30,10 @@ SETTLE_SECONDS = 0.05
 
 BLOCK_SECONDS = 0.002  # a block lasts at least this long...
 MAX_BLOCK = 1000       # ...but holds no more calls than this, and never fewer than one
-LEAD_SECONDS = 0.005   # untimed calls before each block, at least one: the switch from another candidate
+LEAD_SECONDS = 0.03    # untimed calls before each block, at least one: the switch from another candidate
+# (longer than libgomp's spin after the previous candidate's PyTorch ops, which otherwise takes a core from
+# whichever candidate follows: torchfuser's 1M-element gelu read 0.92-1.88 ms after eager's and inductor's
+# blocks with a 5 ms lead, 0.97 ms with 30 ms, as when called alone)
 MAX_BLOCK_SECONDS = 0.1  # a block stops early (after at least one call) once it has run this long
 
 
