@@ -3,10 +3,11 @@
 Every schedule gives each work-item a tile_m × tile_n block of C accumulated in registers over K. Tail rows
 clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 - strided: A and B read through their strides (a transposed weight costs no copy); any device.
-- packed (CPU): B pre-packed into [N/tile_n][K][tile_n] panels so each k step is tile_n/16 contiguous
-  float16 loads, A read in its natural layout and broadcast; no local memory (7x slower on PoCL). K is
-  blocked so a slice of the panel stays in L1 while a stack of row tiles passes over it (the BLIS loop
-  order). The epilogue runs on float16 vectors when the program allows it, else element by element.
+- packed (CPU): B pre-packed into [N/tile_n][K][tile_n] panels so each k step is tile_n/w contiguous vector
+  loads (w = spec.vector_width floats: 16 on AVX-512, 8 on AVX2), A read in its natural layout and
+  broadcast; no local memory (7x slower on PoCL). K is blocked so a slice of the panel stays in L1 while a
+  stack of row tiles passes over it (the BLIS loop order). The epilogue runs on vectors when the program
+  allows it, else element by element.
 - rows (CPU, decode): the packed panels streamed along K by a work-item each, in passes of up to tile_m
   rows with M a runtime argument (rows_gemm_source): one-token GEMMs run at the speed of reading B.
 - tiled (GPU): a work-group per block of C; A and B tiles staged through local memory, zero-filled past
@@ -53,7 +54,7 @@ def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
 
 
 def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
-    """What the schedules over packed panels share: float16 vectors per panel row, whether the epilogue runs on
+    """What the schedules over packed panels share: vectors per panel row, whether the epilogue runs on
     vectors, and the kernel's parameters."""
     idx = spec.index_type
     vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
@@ -123,7 +124,7 @@ __kernel void {spec.kernel_name}(
 
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
-    """Epilogue and store of tile row i: float16 at a time on full panels, element by element on the tail."""
+    """Epilogue and store of tile row i: a vector at a time on full panels, element by element on the tail."""
     spill = " ".join(f"vstore{spec.vector_width}({value}, {v}, tile);" for v, value in enumerate(acc))
     store = _store_panel_row(spec, acc, f"w{i}_", vector_epilogue, f"float tile[{spec.tile_n}]; {spill} ", "tile")
     return f"if (m0 + {i} < M) {{ const {spec.index_type} m = m0 + {i}; {store} }}"
@@ -131,7 +132,7 @@ def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -
 
 def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogue: bool, tail_setup: str,
                      tail_row: str) -> str:
-    """Epilogue and store of row m, columns n0.. of one panel: from the float16 accumulators `acc` on a full
+    """Epilogue and store of row m, columns n0.. of one panel: from the vector accumulators `acc` on a full
     panel (vector epilogues), else element by element from the floats `tail_row[j]` (after `tail_setup`)."""
     tn, w = spec.tile_n, spec.vector_width
     full_tile = []
@@ -159,7 +160,7 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
 def rows_gemm_source(spec: GemmSpec) -> str:
     """Decode GEMMs (M of 1 to ~16, a plain mm): B packed into [N/tile_n][K][tile_n] panels, a work-item per
     panel (no local memory, groups of one). The item streams its panel along K once per pass of up to tile_m
-    rows, tile_n / 16 float16 loads per k and one broadcast FMA per row and vector, so at M = 1 the kernel
+    rows, tile_n / w vector loads per k and one broadcast FMA per row and vector, so at M = 1 the kernel
     runs at the speed of reading the weights. M is a runtime argument and each row count 1..tile_m has its
     own loop (no FMAs on padding rows); M > tile_m takes further passes, over a panel then in L2. A pass
     leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes."""

@@ -25,7 +25,7 @@ class GemmSpec(KernelSpec):
     tile_m: int = 4
     tile_n: int = 8
     # "strided": A and B read through their strides (any device). "packed": B pre-packed into
-    # [N/tile_n][K][tile_n] panels, float16 vectors along n, no local memory (the CPU recipe). "tiled": a
+    # [N/tile_n][K][tile_n] panels, vectors along n, no local memory (the CPU recipe). "tiled": a
     # work-group per block_m x block_n block of C, A and B staged through local memory (the GPU recipe).
     # "rows": decode / skinny GEMMs (small M, 2-D only) over the packed panels: a work-item streams one
     # panel along K once per pass of up to tile_m rows, M a runtime argument (the CPU recipe for small M).
