@@ -66,8 +66,8 @@ def test_every_epilogue_over_row_counts_and_ragged_shapes(name, width, monkeypat
             for b in (w.t(), w.t().contiguous()):  # a Linear's weight viewed transposed, and a [K, N] matrix
                 assert_close(kernel(a, b, *more), eager(a @ b, *more))
     specs = {launch.spec for launch in configurations(kernel)}
-    assert {(s.schedule, s.tile_m, s.tile_n, s.vector_width) for s in specs} == {("rows", *gemm_launch.ROWS_TILES[width],
-                                                                                   width)}
+    tile = ("rows", *gemm_launch.ROWS_TILES[width], width)
+    assert {(s.schedule, s.tile_m, s.tile_n, s.vector_width) for s in specs} == {tile}
     assert len({s.key_text() for s in specs}) == 1  # M, N and K are not part of the kernel
 
 

@@ -64,8 +64,9 @@ class Device:
 
     @cached_property
     def vector_widths(self) -> dict[str, int]:
-        """Elements per vector in the kernels, by dtype: one SIMD register of a CPU (16 floats on AVX-512, 8
-        below it: a wider vector is split over several registers and long programs spill), 16 elsewhere."""
+        """Elements per vector, by dtype, in GEMM panels, reductions and attention tiles: one SIMD register of
+        a CPU (16 floats on AVX-512, 8 below it: a wider vector is split over several registers and register
+        tiles spill), 16 elsewhere. (Pointwise kernels keep 16: see pointwise_launch.POINTWISE_WIDTHS.)"""
         if self.type_name == "CPU" and self.cl_device.native_vector_width_float < 16:
             return {"float32": 8, "float64": 4}
         return {"float32": 16, "float64": 8}

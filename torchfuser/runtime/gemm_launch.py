@@ -91,7 +91,8 @@ def tiled_variant(tile_m, tile_n, block_m, block_n, k_block) -> GemmVariant:
 
 
 # The decode schedule on CPUs: passes of up to ROWS_TILES[width] rows (8 x 32: 16 float16 accumulators;
-# 4 x 16: 8 float8) over the same packed panels as the first packed variant. ROWS_MAX_M: the largest M it runs by default and is a search candidate for. Measured against
+# 4 x 16: 8 float8) over the same packed panels as the first packed variant. ROWS_MAX_M: the largest M it
+# runs by default and is a search candidate for. Measured against
 # packed 8x32 k256 r8 (2 Zen 4 vCPUs, medians of interleaved rounds, weights cold / L3-warm), rows / packed
 # speed: M = 1-16: 0.96-1.33x cold, 1.03-1.7x warm (768x3072, 3072x768, 4096x4096, 16384x768); M = 32:
 # 1.03-1.18x (16384x768, a 2 MiB panel that each pass streams again: 1.03x cold, 0.99x warm); M = 64: 0.97x

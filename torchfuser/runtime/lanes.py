@@ -136,7 +136,8 @@ def _measure(device) -> LaneRates:
             kernel.set_args(*args)
         return pair
 
-    copy, fma, nothing = kernels("copy16", src, dst), kernels("fma_probe", out, np.int32(loops)), kernels("nothing", out)
+    copy, nothing = kernels("copy16", src, dst), kernels("nothing", out)
+    fma = kernels("fma_probe", out, np.int32(loops))
     copy_items = _COPY_BYTES // 64
     inline_copy = _best(lambda: _inline(device, copy, copy_items, 16))
     inline_fma = _best(lambda: _inline(device, fma, fma_items, 1))

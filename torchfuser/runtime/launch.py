@@ -20,7 +20,6 @@ from torchfuser.ir.layout import extent, layout_signature
 from torchfuser.runtime.device import get_device
 
 
-
 def vector_widths() -> dict[str, int]:
     """Elements per vector by dtype on the current device (Device.vector_widths; 16 floats without one)."""
     device = get_device()

@@ -142,8 +142,8 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
             c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
             where = f"offE{e} + m * sE{e}m"
             loads.append(f"const float{w} e{e}_{v} = " + (
-                f"vload{w}(0, E{e} + {where} + n0 + {w * v});" if layout == "row" else f"(float{w})(({c_type})E{e}[{where}]);"
-            ))
+                f"vload{w}(0, E{e} + {where} + n0 + {w * v});" if layout == "row"
+                else f"(float{w})(({c_type})E{e}[{where}]);"))
         body, (result,) = program_statements(
             spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
             prefix=f"{prefix}{v}_", width=w,
