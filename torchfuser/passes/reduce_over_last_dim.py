@@ -15,8 +15,8 @@ x (rank r; D empty or None: every dim; the full forms `sum.default`, `mean.defau
     [out = unsqueeze(r, d) for d in D]                              # with keepdim
 
 `linalg_vector_norm` of order 1, 2 or inf over any dims becomes sum(abs(x)), sqrt(sum(x * x)) or
-amax(abs(x)) first, so it is reduced the same way. Preconditions: a floating x with at least one dim and a
-static or symbolic shape; a full reduction of more than FULL_REDUCTION_LIMIT elements stays as it is (a single
+amax(abs(x)) first, so it is reduced the same way. A 0-d x reduces as a [1] view of it. Preconditions: a
+floating x with a static or symbolic shape; a full reduction of more than FULL_REDUCTION_LIMIT elements stays as it is (a single
 row runs on one thread, slower than eager's parallel sum). The rewrite is plain ATen: where no kernel takes
 it, it still computes what the original did.
 
@@ -87,20 +87,21 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, result = node.args[0], tensor_meta(node)
     meta = tensor_meta(x)
-    if meta is None or result is None or meta.dim() == 0 or not meta.dtype.is_floating_point:
+    if meta is None or result is None or not meta.dtype.is_floating_point:
         return False
-    rank = meta.dim()
-    dims = _reduced_dims(node, rank)
-    if dims is None or (dims == [rank - 1] and node.target not in (aten.amin.default, aten.min.default)
-                        and node.target not in _FULL):
-        return False
+    scalar = meta.dim() == 0  # a 0-d x reduces as the one element of a [1] view (any dim it names is that one)
+    rank = max(meta.dim(), 1)
+    dims = [0] if scalar else _reduced_dims(node, rank)
+    if dims is None or (dims == [rank - 1] and _names_dims(node) and not scalar
+                        and node.target not in (aten.amin.default, aten.min.default)):
+        return False  # already a row reduction for fuse_reductions
     if len(dims) == rank and (has_symbols(meta.shape) or math.prod(meta.shape) > FULL_REDUCTION_LIMIT):
         return False
     kept = [d for d in range(rank) if d not in dims]
     target = _FULL.get(node.target, node.target)
     negate = target is aten.amin.default  # amin(x) = -amax(-x): the kernels reduce with max
     with graph.inserting_before(node):
-        rows = _rows(graph, x, kept, dims)
+        rows = _rows(graph, call(aten.view.default, (x, [1])) if scalar else x, kept, dims)
         if negate:
             rows = call(aten.neg.default, (rows,))
         if target is aten.var.correction:  # its keepdim is keyword-only
@@ -117,6 +118,14 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     return True
+
+
+def _names_dims(node: fx.Node) -> bool:
+    """The reduction names its dims (an empty list or None means every dim, which fuse_reductions does not
+    read as the last one)."""
+    dims_at, _ = REDUCTIONS[node.target]
+    dims = None if dims_at is None else node_arg(node, dims_at, "dim", None)
+    return isinstance(dims, int) or bool(dims)
 
 
 def _rows(graph: fx.Graph, x: fx.Node, kept: list[int], dims: list[int]) -> fx.Node:

@@ -102,3 +102,20 @@ def test_dynamic_shapes_reduce_over_a_symbolic_dim():
             x = torch.randn(2, t, 5)
             assert_close(compiled_fn(x), fn(x))
     assert len(reports) == 1 and not reports[0].fallbacks
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin", "var0", "max", "logsumexp"])
+@pytest.mark.parametrize("shape", [(), (5,)])
+def test_0d_inputs_and_1d_reductions_over_every_dim(name, shape):
+    """OpInfo's first samples: a 0-d input (any dim it names is its one element) and a 1-d input reduced over
+    every dim (dim None or []), which fuse_reductions would not read as the last dim."""
+    fns = {"sum": lambda x: (x.sum(), x.sum(0, keepdim=True), x.sum(dim=[])),
+           "mean": lambda x: (x.mean(), x.mean(-1)), "amax": lambda x: (x.amax(), x.amax(0, keepdim=True)),
+           "amin": lambda x: (x.amin(), x.amin(-1)), "var0": lambda x: (x.var(correction=0), x.var(0, correction=0)),
+           "max": lambda x: (x.max(),), "logsumexp": lambda x: (torch.logsumexp(x, 0),)}
+    fn, x = fns[name], torch.randn(shape)
+    out, reports = compiled(fn, x)
+    for actual, expected in zip(out, fn(x)):
+        assert_close(actual, expected)
+    assert [f.op for r in reports for f in r.fallbacks] == []
+    assert any(k.kind == "reduction" for r in reports for k in r.kernels)
