@@ -14,11 +14,11 @@ x (rank r; D empty or None: every dim; the full forms `sum.default`, `mean.defau
     r = op(y, [-1], keepdim=False, ...)                             # the kept dims in order
     [out = unsqueeze(r, d) for d in D]                              # with keepdim
 
-`linalg_vector_norm` of order 1, 2 or inf over any dims becomes sum(abs(x)), sqrt(sum(x * x)) or
-amax(abs(x)) first, so it is reduced the same way. A 0-d x reduces as a [1] view of it. Preconditions: a
-floating x with a static or symbolic shape; a full reduction of more than FULL_REDUCTION_LIMIT elements stays as it is (a single
-row runs on one thread, slower than eager's parallel sum). The rewrite is plain ATen: where no kernel takes
-it, it still computes what the original did.
+`var_mean` becomes its var and its mean first; `linalg_vector_norm` of order 1, 2 or inf over any dims
+becomes sum(abs(x)), sqrt(sum(x * x)) or amax(abs(x)) first, so it is reduced the same way. A 0-d x reduces
+as a [1] view of it. Preconditions: a floating x with a static or symbolic shape; a full reduction of more
+than FULL_REDUCTION_LIMIT elements stays as it is (a single row runs on one thread, slower than eager's
+parallel sum). The rewrite is plain ATen: where no kernel takes it, it still computes what the original did.
 
     before:  m = mean.dim(x, [2, 3], True)                 # x [N, C, H, W]: global average pooling
     after:   v = view(x, [N, C, -1]); r = mean.dim(v, [-1]); m = unsqueeze(unsqueeze(r, 2), 3)
@@ -27,6 +27,7 @@ it, it still computes what the original did.
 from __future__ import annotations
 
 import math
+import operator
 from functools import partial
 
 import torch
@@ -51,7 +52,7 @@ _FULL = {aten.sum.default: aten.sum.dim_IntList, aten.mean.default: aten.mean.di
 
 
 def handles(node: fx.Node) -> bool:
-    return node.target in REDUCTIONS or node.target is aten.linalg_vector_norm.default
+    return node.target in REDUCTIONS or node.target in (aten.linalg_vector_norm.default, aten.var_mean.correction)
 
 
 def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
@@ -62,8 +63,8 @@ def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
             continue
         if node.target is aten.linalg_vector_norm.default:
             node = _norm_as_reduction(gm.graph, node) or node
-        if node.target in REDUCTIONS and _rewrite(gm.graph, node):
-            rewritten += 1
+        parts = _split_var_mean(gm.graph, node) if node.target is aten.var_mean.correction else [node]
+        rewritten += sum(1 for part in parts if part.target in REDUCTIONS and _rewrite(gm.graph, part))
     if rewritten:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
@@ -151,6 +152,25 @@ def _mergeable(sizes, strides) -> bool:
         return False
     pairs = [(s, st) for s, st in zip(sizes, strides) if s != 1]
     return all(a_st == b_st * b_s for (_, a_st), (b_s, b_st) in zip(pairs, pairs[1:]))
+
+
+def _split_var_mean(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
+    """var_mean as its two reductions, var and mean, which its getitem users then read (the row-reduction
+    kernels compute one result each); [node] where a user is not a getitem."""
+    if not all(u.target is operator.getitem for u in node.users):
+        return [node]
+    x, dims = node.args[0], node_arg(node, 1, "dim", None)
+    keepdim = node.kwargs.get("keepdim", False)
+    with graph.inserting_before(node):
+        var = call_with_value(graph, aten.var.correction, (x, dims), dict(node.kwargs))
+        mean = call_with_value(graph, aten.mean.dim, (x, dims if dims is not None else [], keepdim))
+    for part in (var, mean):
+        part.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    for user in list(node.users):
+        user.replace_all_uses_with(var if user.args[1] == 0 else mean)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return [var, mean]
 
 
 def _other_arguments(node: fx.Node) -> dict:

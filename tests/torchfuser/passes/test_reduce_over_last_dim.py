@@ -119,3 +119,15 @@ def test_0d_inputs_and_1d_reductions_over_every_dim(name, shape):
         assert_close(actual, expected)
     assert [f.op for r in reports for f in r.fallbacks] == []
     assert any(k.kind == "reduction" for r in reports for k in r.kernels)
+
+
+@pytest.mark.parametrize("kwargs", [dict(dim=1), dict(dim=(0, 2), keepdim=True), dict(), dict(dim=-1, correction=0)])
+def test_var_mean_and_std_mean_become_two_row_reductions(kwargs):
+    x = torch.randn(3, 5, 7)
+    x[1, 2, 3] = math.nan
+    for fn in (lambda x: torch.var_mean(x, **kwargs), lambda x: torch.std_mean(x, **kwargs)):
+        out, reports = compiled(fn, x)
+        for actual, expected in zip(out, fn(x)):
+            assert_close(actual, expected)
+        assert [f.op for r in reports for f in r.fallbacks] == []
+        assert sum(k.kind == "reduction" for r in reports for k in r.kernels) >= 1
