@@ -360,3 +360,17 @@ def test_a_broadcast_producer_also_used_at_its_own_shape_or_too_long_stays_its_o
     for fn in (used_twice, expensive):
         assert_close(compiled(fn)(x, y), fn(x, y))
         assert len(torchfuser.last_report().kernels) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_isnan_in_a_kernel(dtype):
+    def fn(x):
+        return torch.isnan(x), torch.where(torch.isnan(x), 0, x) * 2
+
+    x = (torch.randn(5, 37) * 10).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 2], x[2, 5], x[3, 7] = math.nan, math.inf, -math.inf
+    (mask, cleaned), (expected_mask, expected) = compiled(fn)(x), fn(x)
+    assert torch.equal(mask, expected_mask)
+    assert_close(cleaned, expected)
+    assert torchfuser.last_report().fallbacks == []

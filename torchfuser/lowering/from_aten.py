@@ -157,6 +157,12 @@ def _compare(op):
     return lower
 
 
+def _isnan(lw: Lowerer, node):
+    """x != x: true exactly for NaN (an integer or bool x is never NaN, and x != x is false for it too)."""
+    x = lw.operand(node.args[0], _promoted(node.args[:1]))
+    return lw.emit("ne", (x, x), "bool")
+
+
 def _logical(op):
     def lower(lw: Lowerer, node):
         args = [lw.operand(a, "bool") for a in node.args[: OPS[op].arity]]
@@ -295,7 +301,7 @@ POINTWISE = {
     aten.le.Tensor: _compare("le"), aten.le.Scalar: _compare("le"),
     aten.gt.Tensor: _compare("gt"), aten.gt.Scalar: _compare("gt"),
     aten.ge.Tensor: _compare("ge"), aten.ge.Scalar: _compare("ge"),
-    aten.logical_not.default: _logical("logical_not"),
+    aten.logical_not.default: _logical("logical_not"), aten.isnan.default: _isnan,
     aten.logical_and.default: _logical("logical_and"),
     aten.logical_or.default: _logical("logical_or"),
     aten.bitwise_and.Tensor: _bitwise("bitwise_and"),
