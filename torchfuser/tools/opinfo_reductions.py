@@ -5,7 +5,7 @@ Per op it prints the samples run, the samples whose result differs from eager ("
 samples that ran wholly in kernels (at least one kernel, nothing left in PyTorch), and the first reason an
 op of a sample stayed in PyTorch. An op "gets a kernel" when some sample ran wholly in kernels; "every" counts
 the ops whose samples all did.
-Needs `expecttest` (PyTorch's test helpers import it): `pip install expecttest`.
+Needs `expecttest` (PyTorch's test helpers import it; in the dev extra).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import warnings
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import torchfuser
 
@@ -37,16 +38,6 @@ def _op_infos() -> dict:
     return {o.name + (f".{o.variant_test_name}" if o.variant_test_name else ""): o for o in op_db}
 
 
-def _tensors(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
 def _same(actual, expected) -> bool:
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape or actual.dtype != expected.dtype:
@@ -64,17 +55,23 @@ def check_op(info, max_samples: int) -> dict:
     """{samples, wrong, kernel, fallbacks, error} for one OpInfo's float32 CPU samples."""
     result = {"samples": 0, "wrong": 0, "in_kernels": 0, "why": None, "error": None}
     for sample in list(info.sample_inputs("cpu", torch.float32))[:max_samples]:
-        args, kwargs = (sample.input, *sample.args), sample.kwargs
+        leaves, spec = tree_flatten(((sample.input, *sample.args), sample.kwargs))
+        where = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
 
-        def call(*tensors, _args=args, _kwargs=kwargs):
-            return info.op(*_args, **_kwargs)
+        def call(*tensors, _leaves=leaves, _spec=spec, _where=where):  # the sample's tensors as graph inputs
+            filled = list(_leaves)
+            for i, t in zip(_where, tensors):
+                filled[i] = t
+            args, kwargs = tree_unflatten(filled, _spec)
+            return info.op(*args, **kwargs)
 
-        expected = call()
+        tensors = [leaves[i] for i in where]
+        expected = call(*tensors)
         torch._dynamo.reset()
         try:
             with torchfuser.collect_reports() as reports, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                actual = torchfuser.compile(call)(*_tensors((args, kwargs)))
+                actual = torchfuser.compile(call)(*tensors)
         except Exception as error:  # noqa: BLE001 - a tool that reports every failure and goes on
             result["error"] = result["error"] or f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
             continue
