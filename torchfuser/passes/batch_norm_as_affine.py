@@ -17,8 +17,8 @@ statistics becomes the affine above (w or b None: 1 or 0); the op's other result
 
 from __future__ import annotations
 
-from functools import partial
 import operator
+from functools import partial
 
 import torch
 import torch.fx as fx

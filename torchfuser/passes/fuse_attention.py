@@ -100,7 +100,6 @@ def _float32(*nodes) -> bool:
     return all(tensor_meta(n) is not None and tensor_meta(n).dtype == torch.float32 for n in nodes)
 
 
-
 def _shapes_fit(q, k, v) -> bool:
     """q, k, v metas: rank 4, one head dim, one batch, kv heads dividing the query heads, a key or more."""
     qs, ks, vs = (tuple(x.shape) for x in (q, k, v))

@@ -87,7 +87,6 @@ def fuse_reductions(gm: fx.GraphModule) -> PassResult:
 # ---------------------------------------------------------------- the anchor
 
 
-
 def _last_dim_only(dims, rank: int) -> bool:
     if isinstance(dims, int):
         dims = [dims]

@@ -73,9 +73,14 @@ def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
                                           "nodes_after": count_ops(gm)})
 
 
-def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+def _dims_argument(node: fx.Node):
+    """The dims the reduction was given (None for the full forms)."""
     dims_at, _ = REDUCTIONS[node.target]
-    dims = None if dims_at is None else node_arg(node, dims_at, "dim", None)
+    return None if dims_at is None else node_arg(node, dims_at, "dim", None)
+
+
+def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+    dims = _dims_argument(node)
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return list(range(rank))
     dims = [dims] if isinstance(dims, int) else list(dims)
@@ -124,8 +129,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
 def _names_dims(node: fx.Node) -> bool:
     """The reduction names its dims (an empty list or None means every dim, which fuse_reductions does not
     read as the last one)."""
-    dims_at, _ = REDUCTIONS[node.target]
-    dims = None if dims_at is None else node_arg(node, dims_at, "dim", None)
+    dims = _dims_argument(node)
     return isinstance(dims, int) or bool(dims)
 
 

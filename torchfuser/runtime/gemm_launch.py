@@ -287,7 +287,7 @@ def panel_vector_width() -> int:
     return vector_widths()["float32"]
 
 
-def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs, vector_width: int | None = None) -> Launch:
+def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     a, b, *extras = inputs
     batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
@@ -304,7 +304,7 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs, vector_width: i
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
                     variant.block_n if tiled else 0,
-                    (vector_width or panel_vector_width()) if packed or rows else 16)
+                    panel_vector_width() if packed or rows else 16)
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)

@@ -57,7 +57,7 @@ def fma_ceiling(rounds: int = 20, flop_per_launch: float = 2e9) -> float | None:
         return None
     groups = 16 * (device.cl_device.max_compute_units + (device.inline is not None))
     devices = [device.cl_device] + ([device.inline.cl_device] if device.inline is not None else [])
-    width = 16 if device.cl_device.native_vector_width_float >= 16 else 8
+    width = device.vector_widths["float32"]
     programs = {c: cl.Program(device.context, _fma_source(c, width)).build(devices=devices)
                 for c in {c for c, _ in FMA_VARIANTS}}
     launches = []
