@@ -11,6 +11,7 @@ import functools
 import torch
 
 from torchfuser.frontend.dynamo import make_backend
+from torchfuser.frontend.replay import with_replay
 from torchfuser.frontend.lowering import compiled_per_signature, lower_and_compile
 from torchfuser.options import Options
 
@@ -22,7 +23,8 @@ def _title(model_or_fn) -> str:
 
 
 def compile(model_or_fn, *, disable=(), device=None, autotune=None, mode=None):
-    """A callable like `model_or_fn` whose graphs run as fused OpenCL kernels.
+    """A callable like `model_or_fn` whose graphs run as fused OpenCL kernels. Steady calls replay Dynamo's
+    translation of the frame without its frame evaluation (frontend/replay.py).
 
     disable: pass names (see torchfuser.passes.PIPELINE) to switch off; device: "P:D" or a name substring
     (default TORCHFUSER_DEVICE, else the first GPU, else the first OpenCL device); autotune: "off",
@@ -32,7 +34,8 @@ def compile(model_or_fn, *, disable=(), device=None, autotune=None, mode=None):
     if not callable(model_or_fn):
         raise TypeError(f"torchfuser.compile needs an nn.Module or a function, got {type(model_or_fn).__name__}")
     options = Options.make(mode, disable=disable, device=device, autotune=autotune)
-    return torch.compile(model_or_fn, backend=make_backend(options, _title(model_or_fn)), dynamic=False)
+    backend = make_backend(options, _title(model_or_fn))
+    return with_replay(torch.compile(model_or_fn, backend=backend, dynamic=False), backend)
 
 
 def jit(fn=None, **options):

@@ -1,0 +1,196 @@
+"""Steady calls that skip Dynamo's frame evaluation, with Dynamo's own guards and translated bytecode.
+
+Once a frame is compiled, each call of a `torch.compile` wrapper still pays for Dynamo's way in: the wrapper's
+context (eval-frame hook, dispatch-key and stance bookkeeping), the frame's evaluation and its cache lookup.
+For a small graph that costs more than all its kernels. `FrameReplay` makes the same lookup by hand: the cache
+entries of the frame's code in the wrapper's region, in Dynamo's order, the first whose backend is the
+wrapper's and whose guards pass on the frame's arguments; it then runs that entry's translated code as a
+function with the frame function's globals, defaults and closure, as Dynamo would. The guards are Dynamo's,
+so whatever makes Dynamo recompile (a new shape, grad mode, a changed module attribute) makes the replay
+decline and the call go through Dynamo, which compiles it. Declined too: translations that call a resume
+function (a graph break: outside Dynamo it would run eagerly), a stance other than "default", calls made while
+Dynamo traces or another compiled region runs, and modules with call hooks.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+
+import torch
+from torch._C._dynamo import eval_frame as _eval_frame
+from torch._dynamo import eval_frame as _dynamo_eval_frame
+
+_MISS = object()
+_TRANSLATIONS_KEPT = 64
+
+
+def _get_entries(code, region: int) -> list:
+    getter = getattr(_eval_frame, "_get_cache_entries_for_region", None)
+    return getter(code, region) if getter is not None else _eval_frame._debug_get_cache_entry_list(code)
+
+
+def _replayable(code: types.CodeType) -> bool:
+    """One compiled graph called and no resume function (what follows a graph break) in the translation."""
+    names = code.co_names
+    return (sum(n.startswith("__compiled_fn") for n in names) == 1
+            and not any(n.startswith("__resume_at") for n in names))
+
+
+def _binder(function: types.FunctionType):
+    """(args, kwargs) -> the frame's locals at entry (its arguments and free variables), or None."""
+    code = function.__code__
+    flags = code.co_flags
+    varargs, varkw = bool(flags & inspect.CO_VARARGS), bool(flags & inspect.CO_VARKEYWORDS)
+    free = code.co_freevars
+    cells = function.__closure__ or ()
+
+    def closure() -> dict | None:
+        try:
+            return {name: cell.cell_contents for name, cell in zip(free, cells)}
+        except ValueError:  # an empty cell
+            return None
+
+    if varargs and varkw and code.co_argcount == 0 and code.co_kwonlyargcount == 0:  # f(*args, **kwargs)
+        names = code.co_varnames[:2]
+
+        def bind_star(args, kwargs):
+            found = closure() if free else {}
+            if found is not None:
+                found[names[0]], found[names[1]] = args, kwargs
+            return found
+
+        return bind_star
+
+    signature = inspect.signature(function)
+    positional = code.co_varnames[:code.co_argcount]
+    simple = not (varargs or varkw or code.co_kwonlyargcount or function.__defaults__)
+
+    def bind(args, kwargs):
+        if simple and not kwargs and len(args) == len(positional):
+            found = dict(zip(positional, args))
+        else:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return None  # let the call raise Python's own error
+            bound.apply_defaults()
+            found = dict(bound.arguments)
+        if free:
+            cells_now = closure()
+            if cells_now is None:
+                return None
+            found.update(cells_now)
+        return found
+
+    return bind
+
+
+def _has_call_hooks(module: torch.nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or torch.nn.modules.module._has_any_global_hook())
+
+
+class FrameReplay:
+    """Replays the Dynamo cache entries of one compiled frame (see the module docstring).
+
+    frame_function: the function whose frame Dynamo translates; backend: the compiler function the wrapper
+    compiles with (torch.compile wraps it: an entry of another backend is not this wrapper's); module: for a
+    module compiled through its `__call__`, the module (its `forward` is that function, called with the module
+    first).
+    """
+
+    def __init__(self, frame_function: types.FunctionType, backend, region: int, module=None):
+        self.frame_function, self.backend, self.region, self.module = frame_function, backend, region, module
+        self.bind = _binder(frame_function)
+        self.translations: dict[int, tuple] = {}  # id(translated code) -> (that code, its function or None)
+        self.calls = 0  # calls replayed
+
+    def __call__(self, args: tuple, kwargs: dict):
+        """The call's result, or _MISS where Dynamo must take it."""
+        if (_dynamo_eval_frame._stance.stance != "default" or _eval_frame.get_eval_frame_callback() is not None
+                or torch.compiler.is_compiling()):
+            return _MISS
+        module = self.module
+        if module is not None:
+            forward = module.forward
+            if getattr(forward, "__func__", None) is not self.frame_function or _has_call_hooks(module):
+                return _MISS
+            args = (module, *args)
+        frame_locals = self.bind(args, kwargs)
+        if frame_locals is None:
+            return _MISS
+        for entry in _get_entries(self.frame_function.__code__, self.region):
+            if (getattr(entry.backend, "compiler_fn", entry.backend) is self.backend
+                    and entry.guard_manager.check(frame_locals)):
+                translated = self._translated(entry.code)
+                if translated is None:
+                    return _MISS
+                self.calls += 1
+                return translated(*args, **kwargs)
+        return _MISS
+
+    def _translated(self, code: types.CodeType):
+        found = self.translations.get(id(code))
+        if found is None or found[0] is not code:
+            f = self.frame_function
+            function = None
+            if _replayable(code):
+                function = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+                function.__kwdefaults__ = f.__kwdefaults__
+            if len(self.translations) >= _TRANSLATIONS_KEPT:
+                self.translations.clear()
+            found = self.translations[id(code)] = (code, function)
+        return found[1]
+
+
+def _frame_of(dynamo_wrapper) -> tuple[types.FunctionType, torch.nn.Module | None] | None:
+    """The function whose frame Dynamo translates when `dynamo_wrapper` (a compile wrapper) is called, and the
+    module whose `__call__` it wraps, if any."""
+    target = getattr(dynamo_wrapper, "_torchdynamo_orig_callable", None)
+    if isinstance(target, types.FunctionType):
+        return target, None
+    module = getattr(target, "__self__", None)
+    if (isinstance(module, torch.nn.Module) and getattr(target, "__func__", None) is torch.nn.Module._wrapped_call_impl
+            and isinstance(getattr(module.forward, "__func__", None), types.FunctionType)):
+        return module.forward.__func__, module
+    return None
+
+
+class ReplayingModule(_dynamo_eval_frame.OptimizedModule):
+    """An OptimizedModule whose calls try the replay first, before nn.Module's call machinery: with no hooks
+    on the wrapper that machinery only calls `forward`, and OptimizedModule's own costs more than a small
+    graph's kernels."""
+
+    replay: FrameReplay | None = None  # a class attribute: OptimizedModule sets this one on the wrapper itself
+
+    def __call__(self, *args, **kwargs):
+        if self.replay is not None and not _has_call_hooks(self):
+            result = self.replay(args, kwargs)
+            if result is not _MISS:
+                return result
+        return super().__call__(*args, **kwargs)
+
+
+def with_replay(compiled, backend):
+    """What `torch.compile` returned, its steady calls replayed: an OptimizedModule becomes a ReplayingModule,
+    a function a replaying wrapper. Unchanged where the frame is not found."""
+    module = isinstance(compiled, _dynamo_eval_frame.OptimizedModule)
+    wrapper = compiled.forward if module else compiled
+    frame = _frame_of(wrapper)
+    if frame is None:
+        return compiled
+    replay = FrameReplay(frame[0], backend, getattr(wrapper, "_isolate_recompiles_id", -1), module=frame[1])
+    if module:
+        compiled.__class__ = ReplayingModule  # the same object and state: only calls change
+        compiled.replay = replay
+        return compiled
+
+    @functools.wraps(compiled)
+    def replaying(*args, **kwargs):
+        result = replay(args, kwargs)
+        return compiled(*args, **kwargs) if result is _MISS else result
+
+    replaying.replay = replay
+    return replaying
