@@ -175,7 +175,7 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets")
+                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
                  lane: str = THREADED, cut: int | None = None):
@@ -191,6 +191,10 @@ class Bound:
         # long-lived (a weight, a planned result: the same tensor comes again), else None
         self.memo: list = []  # (empty: no input is remembered)
         self.offsets: tuple | None = None  # the input offsets of the last enqueue
+        # The data addresses of the last enqueue's inputs and outputs, where the kernels still hold their
+        # zero-copy buffers: a steady enqueue at the same addresses (so the same layouts and offsets) finds
+        # them armed already. A buffer views host memory from its address on, whatever storage owns it now.
+        self.addresses: list | None = None
         self.prepares = type(launch).prepare is not Launch.prepare
         self.arguments: dict[tuple, tuple[list, list]] = {}  # input offsets -> (argument list, slot positions)
 
@@ -244,7 +248,8 @@ class Call:
 
     def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False):
         """Allocate the outputs (unless given: planned ones), bind this call's buffers into the bound argument
-        list and enqueue. same_offsets: the inputs' storage offsets are those of the bound's last enqueue."""
+        list (unless the kernels hold them from the last enqueue) and enqueue. same_offsets: the inputs' storage
+        offsets are those of the bound's last enqueue."""
         if outs is None:
             allocate = self.runtime.arena.allocate
             outs = [allocate(layout) for layout in bound.outputs]
@@ -252,23 +257,9 @@ class Call:
         if not launch.empty:
             if bound.prepares:
                 inputs = launch.prepare(list(inputs), self)
-            buffers = self._input_buffers(bound, inputs)
-            if buffers is None:  # misaligned user memory: copy it once into aligned memory
-                bind = self.binding.bind
-                inputs = [self._aligned(t) if bind(t) is None else t for t in inputs]
-                buffers = [bind(t) for t in inputs]
-                offsets = tuple([t.storage_offset() for t in inputs])  # this call's only
-            elif not same_offsets or bound.offsets is None:
-                offsets = bound.offsets = tuple([t.storage_offset() for t in inputs])
-            else:
-                offsets = bound.offsets
-            if outs is bound.planned and not self.binding.tracks_writes:
-                if bound.planned_buffers is None:
-                    bound.planned_buffers = [self.binding.output_buffer(o) for o in outs]
-                buffers += bound.planned_buffers
-            else:
-                buffers += [self.binding.output_buffer(o) for o in outs]
-            self._set_arguments(bound, buffers, offsets)
+            if not (same_offsets and bound.addresses is not None
+                    and bound.addresses == [t.data_ptr() for t in (*inputs, *outs)]):
+                inputs = self._arm(bound, inputs, outs, same_offsets)
             if bound.lane == THREADED:
                 self._enqueue_threaded(bound)
             else:
@@ -277,10 +268,35 @@ class Call:
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                     self.dirty.add(o.data_ptr())
                 self.alive.append((inputs, outs))
-            if self.binding.tracks_writes:
-                for o, buffer in zip(outs, buffers[len(inputs):]):
-                    self.binding.wrote(o, buffer)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _arm(self, bound: Bound, inputs, outs, same_offsets: bool):
+        """Bind this call's buffers into the bound's kernels; returns the inputs the kernels read (misaligned
+        user memory is copied once into aligned memory)."""
+        bound.addresses = None
+        buffers = self._input_buffers(bound, inputs)
+        if buffers is None:
+            bind = self.binding.bind
+            inputs = [self._aligned(t) if bind(t) is None else t for t in inputs]
+            buffers = [bind(t) for t in inputs]
+            offsets = tuple([t.storage_offset() for t in inputs])  # this call's only
+        elif not same_offsets or bound.offsets is None:
+            offsets = bound.offsets = tuple([t.storage_offset() for t in inputs])
+        else:
+            offsets = bound.offsets
+        if outs is bound.planned and not self.binding.tracks_writes:
+            if bound.planned_buffers is None:
+                bound.planned_buffers = [self.binding.output_buffer(o) for o in outs]
+            buffers += bound.planned_buffers
+        else:
+            buffers += [self.binding.output_buffer(o) for o in outs]
+        self._set_arguments(bound, buffers, offsets)
+        if self.binding.tracks_writes:
+            for o, buffer in zip(outs, buffers[len(inputs):]):
+                self.binding.wrote(o, buffer)
+        elif bound.armed is not None and offsets is bound.offsets:
+            bound.addresses = [t.data_ptr() for t in (*inputs, *outs)]
+        return inputs
 
     def _enqueue_threaded(self, bound: Bound) -> None:
         launch = bound.launch

@@ -150,6 +150,31 @@ def test_a_steady_call_sets_no_kernel_arguments():
         assert [c[0] for c in counts] == [1, 0, 0]
 
 
+def test_a_steady_call_at_the_same_addresses_looks_up_no_buffers(monkeypatch):
+    """Inputs and outputs at the addresses of the call before (the output's block came back to the arena)
+    find the kernels armed with their buffers; any new address binds again."""
+    binder = Runtime.for_device(get_device()).binder
+    if not isinstance(binder, ZeroCopyBinder):
+        pytest.skip("device copies to its own memory")
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 16)).eval()
+    f = torchfuser.compile(model)
+    x = torch.randn(8, 32)
+    lookups = []
+    with torch.no_grad():
+        for _ in range(2):
+            f(x)
+        original = binder.bind
+        monkeypatch.setattr(binder, "bind", lambda t: lookups.append(t.data_ptr()) or original(t))
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+        assert lookups == []
+        kept = f(x)  # held: the next output gets another block, which must be bound
+        x2 = torch.randn(8, 32)
+        torch.testing.assert_close(f(x2), model(x2), rtol=1e-4, atol=1e-4)
+        assert x2.data_ptr() in lookups
+        torch.testing.assert_close(kept, model(x), rtol=1e-4, atol=1e-4)
+
+
 def test_a_one_off_launch_of_the_same_kernel_between_calls():
     """run_single (calling the fused node directly) sets the built kernel's arguments; the plan's launch
     runs its own copy, whose arguments stay as it set them."""
