@@ -109,8 +109,9 @@ class FrameReplay:
 
     def __call__(self, args: tuple, kwargs: dict):
         """The call's result, or _MISS where Dynamo must take it."""
-        if (_dynamo_eval_frame._stance.stance != "default" or _eval_frame.get_eval_frame_callback() is not None
-                or torch.compiler.is_compiling()):
+        # is_compiling first: Dynamo tracing this call folds it to True and reads no further
+        if (torch.compiler.is_compiling() or _dynamo_eval_frame._stance.stance != "default"
+                or _eval_frame.get_eval_frame_callback() is not None):
             return _MISS
         module = self.module
         if module is not None:

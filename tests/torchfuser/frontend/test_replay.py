@@ -155,3 +155,16 @@ def test_each_wrapper_replays_only_its_own_backend_s_entries():
     assert plain.replay.calls == 2 and unfused.replay.calls == 2
     assert plain_report.plan.calls == 3 and unfused_report.plan.calls == 3
     assert "replay" not in vars(model)  # kept on the wrappers, not on the module they share
+
+
+@torch.no_grad()
+def test_a_compiled_module_called_inside_another_compiled_function(recwarn):
+    """Dynamo tracing the outer function reads the replay's checks: it must find nothing it cannot trace."""
+    model = _mlp()
+    inner = torchfuser.compile(model)
+    x = torch.randn(4, 16)
+    inner(x)
+    outer = torch.compile(lambda t: inner(t) * 2, backend="torchfuser")
+    for _ in range(2):
+        assert_close(outer(x), model(x) * 2)
+    assert not [w for w in recwarn if "does not know how to trace" in str(w.message)]
