@@ -107,6 +107,22 @@ def test_function_with_closure_and_default():
         compiled(a)  # a missing argument: Python's own error, through Dynamo
 
 
+def test_function_of_varargs_and_a_keyword_only_argument():
+    def fn(*tensors, scale=1.0):
+        total = tensors[0]
+        for t in tensors[1:]:
+            total = total + torch.relu(t)
+        return total * scale
+
+    compiled = torchfuser.compile(fn)
+    a, b, c = torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6)
+    for _ in range(3):
+        assert_close(compiled(a, b, c), fn(a, b, c))
+        assert_close(compiled(a, b, c, scale=0.5), fn(a, b, c, scale=0.5))
+    assert_close(compiled(a, b), fn(a, b))  # another number of arguments: Dynamo compiles it
+    assert compiled.replay.calls >= 4
+
+
 def test_graph_breaks_are_not_replayed():
     def fn(x):
         y = torch.relu(x) + 1
