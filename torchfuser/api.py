@@ -11,8 +11,8 @@ import functools
 import torch
 
 from torchfuser.frontend.dynamo import make_backend
-from torchfuser.frontend.replay import with_replay
 from torchfuser.frontend.lowering import compiled_per_signature, lower_and_compile
+from torchfuser.frontend.replay import with_replay
 from torchfuser.options import Options
 
 
