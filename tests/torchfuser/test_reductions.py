@@ -34,6 +34,10 @@ REDUCTIONS = {
     "mean_keepdim": lambda x, w, b: x.mean(-1, keepdim=True),
     "amax": lambda x, w, b: x.amax(-1),
     "amax_keepdim": lambda x, w, b: torch.amax(x, dim=2, keepdim=True),
+    "amin": lambda x, w, b: x.amin(-1),
+    "prod": lambda x, w, b: (x * 0.1 + 1).prod(-1),
+    "argmax": lambda x, w, b: x.argmax(-1),
+    "argmin_keepdim": lambda x, w, b: x.argmin(-1, keepdim=True),
 }
 
 
@@ -229,6 +233,21 @@ def test_llama_rmsnorm_is_one_kernel():
     assert kernel.kind == "reduction" and {"pow_1", "mean", "rsqrt"} <= set(kernel.nodes)
 
 
+@pytest.mark.parametrize("weighted", [True, False])
+def test_torch_rms_norm_is_one_kernel(weighted):
+    """nn.RMSNorm / F.rms_norm: with a weight, its decomposition adds eps in place (add_ on an intermediate),
+    which the lowering makes out-of-place rather than leave to PyTorch."""
+    model = nn.RMSNorm(40, eps=1e-5, elementwise_affine=weighted).eval()
+    if weighted:
+        nn.init.normal_(model.weight)
+    x = torch.randn(2, 7, 40)
+    with torch.no_grad():
+        assert_close(compiled(model, x), model(x))
+    assert torchfuser.last_report().fallbacks == []
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.kind == "reduction"
+
+
 def test_statistic_used_elsewhere_is_an_extra_output():
     def fn(x):
         m = x.amax(-1, keepdim=True)
@@ -267,7 +286,7 @@ def test_softmax_over_another_dim_is_left_alone_and_a_sum_there_is_moved_last():
     assert "aten._softmax.default" in {f.op for f in torchfuser.last_report().fallbacks}
 
 
-@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rmsnorm", "amax"])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rmsnorm", "amax", "amin", "prod", "argmax"])
 def test_work_group_per_row_schedule_for_gpus(monkeypatch, name):
     """The GPU schedule (local-memory tree) forced on PoCL: builds and matches eager."""
     from torchfuser.runtime.device import Device

@@ -157,7 +157,43 @@ def lower_for_inference(gm: fx.GraphModule, state: dict, example_inputs, fakes=N
     for node, source in zip(placeholders, [*state.values(), *example_inputs]):
         if isinstance(source, torch.nn.Parameter):
             node.meta[WEIGHT] = True  # passes may treat it as a constant of the model (passes/merge_sibling_gemms)
-    return _without_inner_aliases(traced)
+    return _without_inner_aliases(_without_inner_mutations(traced))
+
+
+def _without_inner_mutations(gm: fx.GraphModule) -> fx.GraphModule:
+    """A decomposition below functionalisation can leave an in-place op on an intermediate (rms_norm with a
+    weight adds eps with `add_`). On a fresh tensor, not an input and not a view, its out-of-place form
+    computes the same, and whatever reads the tensor after the op reads the new value instead."""
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    rewritten = False
+    for node in list(gm.graph.nodes):
+        functional = _functional_form(node)
+        mutated = node.args[0] if node.args else None
+        if functional is None or not isinstance(mutated, fx.Node) or mutated.op != "call_function":
+            continue
+        if not isinstance(mutated.target, torch._ops.OpOverload) or any(
+                r.alias_info is not None for r in mutated.target._schema.returns):
+            continue  # a view or an in-place result: the mutation would reach another tensor
+        node.target = functional
+        for user in list(mutated.users):
+            if user is not node and position[user] > position[node]:
+                user.replace_input_with(mutated, node)
+        rewritten = True
+    if rewritten:
+        gm.recompile()
+    return gm
+
+
+def _functional_form(node: fx.Node):
+    """aten.add.Scalar for aten.add_.Scalar: the out-of-place overload of an in-place ATen op, else None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    name = target._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.startswith("_") or not target._schema.is_mutable:
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
 
 
 def _without_inner_aliases(gm: fx.GraphModule) -> fx.GraphModule:

@@ -3,7 +3,7 @@
 A row is the last dim of a tensor. A `RowReduction` reads `loads` (tensors broadcast to the row space,
 one element per (row, j)) and computes, per row:
 
-  stage k:  acc = combine over j of element_k(loads at j, row values so far)      (combine: sum | max)
+  stage k:  acc = combine over j of element_k(loads at j, row values so far)  (combine: sum|max|min|prod)
             new row values = finish_k(acc, row length, row values so far)
   final:    element outputs at j = final(loads at j, all row values)
             row outputs = some of the row values
@@ -32,14 +32,15 @@ from torchfuser.ir.dtypes import TORCH_DTYPES
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 
-COMBINES = ("sum", "max")
+COMBINES = ("sum", "max", "min", "prod")
+INT64_MAX = (1 << 63) - 1
 aten = torch.ops.aten
 
 
 @dataclass(frozen=True)
 class RowStage:
     element: Program  # inputs: the loads, then the row values of earlier stages; one output
-    combine: str  # "sum" | "max"
+    combine: str  # one of COMBINES; max and min propagate NaN, as eager's amax and amin do
     finish: Program  # inputs: the combined value, the row length (accumulator dtype), earlier row values
 
     @property
@@ -236,19 +237,42 @@ def variance_row(rb: RowReductionBuilder, source, correction: float) -> int:
     return rb.add_row(fb.emit("div", (0, divisor), "float32"))
 
 
-def reduce_template(rb: RowReductionBuilder, source, kind: str, correction: float = 1.0) -> AnchorValues:
-    """sum / mean / amax (one stage) or var (two) over the row; the last finish stays open for a row-level
-    epilogue."""
+def reduce_template(rb: RowReductionBuilder, source, kind: str, correction: float = 1.0,
+                    dtype: str = "float32") -> AnchorValues:
+    """sum / mean / amax / amin / prod (one stage), var or argmax / argmin (two) over the row; the last
+    finish stays open for a row-level epilogue. A sum accumulates in its result's dtype (int64 for bools)."""
     if kind == "var":
         return AnchorValues(None, {0: variance_row(rb, source, correction)})
+    if kind in ("argmax", "argmin"):
+        return AnchorValues(None, {0: arg_extreme_row(rb, source, kind)})
     eb = rb.element()
-    return AnchorValues(None, {0: reduction_stage(rb, eb, source(eb), kind)})
+    value = eb.cast(source(eb), dtype) if kind == "sum" else source(eb)
+    return AnchorValues(None, {0: reduction_stage(rb, eb, value, kind)})
+
+
+_STAGE_COMBINES = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "prod": "prod"}
 
 
 def reduction_stage(rb: RowReductionBuilder, builder: ProgramBuilder, value: int, kind: str) -> int:
-    """End `builder` with a sum / mean / amax of `value`; returns the new row value."""
-    finish = rb.reduce(builder, value, "max" if kind == "amax" else "sum")
+    """End `builder` with a sum / mean / amax / amin / prod of `value`; returns the new row value."""
+    finish = rb.reduce(builder, value, _STAGE_COMBINES[kind])
     return rb.add_row(finish.emit("div", (0, 1), "float32") if kind == "mean" else 0)
+
+
+def arg_extreme_row(rb: RowReductionBuilder, source, kind: str) -> int:
+    """argmax / argmin as eager computes it: the first index of the row's max (min), where NaN is the
+    extreme (the max / min stage propagates it, so x != x finds the first one). Two passes: the extreme,
+    then the smallest column j that holds it; an int64 row value."""
+    eb = rb.element()
+    rb.reduce(eb, source(eb), "max" if kind == "argmax" else "min")
+    extreme = rb.add_row(0)
+    eb = rb.element()
+    x = source(eb)
+    hit = eb.emit("logical_or", (eb.emit("eq", (x, rb.row_input(extreme)), "bool"), eb.emit("ne", (x, x), "bool")),
+                  "bool")
+    column = eb.emit("where", (hit, eb.emit("last_index", (), "int64"), Const(INT64_MAX, "int64")), "int64")
+    rb.reduce(eb, column, "min")
+    return rb.add_row(0)
 
 
 # ---------------------------------------------------------------- reference semantics
@@ -260,16 +284,26 @@ def run_row_reduction(reduction: RowReduction, loads, row_shape) -> tuple[list, 
     loads = [torch.as_tensor(t).broadcast_to(row_shape) for t in loads]
     rows: list[torch.Tensor] = []
     for stage in reduction.stages:
-        (value,) = run_program(stage.element, loads + rows)
-        value = value.broadcast_to(row_shape)
-        if stage.combine == "sum":
-            acc = value.sum(-1, keepdim=True)
-        elif row_shape[-1] == 0:
-            acc = torch.full(row_shape[:-1] + (1,), float("-inf"), dtype=value.dtype)
-        else:
-            acc = value.amax(-1, keepdim=True)
+        (value,) = run_program(stage.element, loads + rows, row_shape)
+        acc = _combined(value.broadcast_to(row_shape), stage.combine)
         n = torch.tensor(row_shape[-1], dtype=TORCH_DTYPES[stage.acc_dtype])
         rows += [r.broadcast_to(acc.shape) for r in run_program(stage.finish, [acc, n, *rows])]
-    elements = [o.broadcast_to(row_shape).contiguous() for o in run_program(reduction.final, loads + rows)]
+    elements = [o.broadcast_to(row_shape).contiguous() for o in run_program(reduction.final, loads + rows, row_shape)]
     row_outs = [rows[i].broadcast_to(row_shape[:-1] + (1,)).contiguous() for i in reduction.row_outputs]
     return elements, row_outs
+
+
+def _combined(value: torch.Tensor, combine: str) -> torch.Tensor:
+    """The row's combine with keepdim; an empty row gives the combine's identity."""
+    if combine == "sum":
+        return value.sum(-1, keepdim=True)
+    if combine == "prod":
+        return value.prod(-1, keepdim=True)
+    if value.shape[-1] == 0:
+        if value.dtype.is_floating_point:
+            identity = float("-inf") if combine == "max" else float("inf")
+        else:
+            info = torch.iinfo(value.dtype)
+            identity = info.min if combine == "max" else info.max
+        return torch.full(value.shape[:-1] + (1,), identity, dtype=value.dtype)
+    return value.amax(-1, keepdim=True) if combine == "max" else value.amin(-1, keepdim=True)

@@ -1,7 +1,8 @@
 """fuse_reductions: a reduction over the last dim, with the elementwise ops around it, becomes one kernel.
 
 Rule: each anchor, `_softmax`, `_log_softmax`, `native_layer_norm` (one normalised dim), `sum.dim_IntList`,
-`mean.dim`, `amax` or `var.correction` over the last dim only (keepdim either way), becomes a `ReductionKernel` together with
+`mean.dim`, `amax`, `amin`, `prod.dim_int`, `var.correction`, `argmax` or `argmin` over the last dim only
+(keepdim either way), becomes a `ReductionKernel` together with
 - its prologue: the elementwise producers of its input, of the same shape, whose users are all in the
   kernel (a mask add, a scale, a residual add); they are recomputed in every pass over the row;
 - its epilogue: consumers of its results, in graph order. Row-level ones (a row value's shape, no tensor
@@ -37,7 +38,7 @@ from torchfuser.ir.program import ProgramBuilder
 from torchfuser.ir.reduction import (
     RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template, variance_row,
 )
-from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
+from torchfuser.lowering.from_aten import Lowerer, constant_value, dtype_name, lowering_problem, tensor_meta
 from torchfuser.passes.base import (
     PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, node_arg, record_unfused,
 )
@@ -51,9 +52,14 @@ KINDS = {
     aten.sum.dim_IntList: "sum",
     aten.mean.dim: "mean",
     aten.amax.default: "amax",
+    aten.amin.default: "amin",
+    aten.prod.dim_int: "prod",
     aten.var.correction: "var",
+    aten.argmax.default: "argmax",
+    aten.argmin.default: "argmin",
 }
-ROW_STATISTICS = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.var.correction)
+ROW_STATISTICS = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default, aten.prod.dim_int,
+                  aten.var.correction)
 REDUCTION_OPS = frozenset(KINDS)
 
 
@@ -100,8 +106,8 @@ def unfused_reason(node: fx.Node) -> str | None:
         return "not a row reduction"
     x = node.args[0]
     meta = tensor_meta(x)
-    if meta is None or meta.dtype != torch.float32:
-        return "row reductions are fused for float32 inputs only"
+    if meta is None or (meta.dtype != torch.float32 and not integer_sum(node)):
+        return "row reductions are fused for float32 inputs (and sums of integers or bools) only"
     rank = meta.dim()
     if kind in ("softmax", "log_softmax"):
         if not _last_dim_only(node.args[1], rank) or node.args[2]:
@@ -114,11 +120,18 @@ def unfused_reason(node: fx.Node) -> str | None:
     else:
         if not _last_dim_only(node_arg(node, 1, "dim"), rank):
             return f"{kind} over a dim other than the last"
-        if node.kwargs.get("dtype") is not None:
-            return f"{kind} with a dtype argument"
+        if node.kwargs.get("dtype") not in (None, tensor_meta(node).dtype):
+            return f"{kind} with a dtype argument other than its result's"
     if meta.shape[-1] == 0:
         return "rows of length zero"
     return None
+
+
+def integer_sum(node: fx.Node) -> bool:
+    """A sum of bools or integers into int64 (count_nonzero's): accumulated exactly in int64."""
+    x, result = tensor_meta(node.args[0]), tensor_meta(node)
+    return (node.target is aten.sum.dim_IntList and x is not None and result is not None
+            and x.dtype in (torch.bool, torch.int32, torch.int64) and result.dtype == torch.int64)
 
 
 class _Match:
@@ -261,8 +274,8 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     affine = [a for a in m.anchor.args[2:4] if isinstance(a, fx.Node)] if m.kind == "layer_norm" else []
     operands = [i for node in prologue for i in node.all_input_nodes] + [m.x] + affine
     operands += [i for node in m.epilogue for i in node.all_input_nodes]
-    for i in operands:
-        if i not in members and i not in m.loads:
+    for i in operands:  # constants (scalar_tensor, full) are literals of the programs, not loads
+        if i not in members and i not in m.loads and constant_value(i) is None:
             m.loads.append(i)
     rb = RowReductionBuilder([dtype_name(n) for n in m.loads])
     load_ids = {n: k for k, n in enumerate(m.loads)}
@@ -280,7 +293,7 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
         weight, bias = (load_ids.get(a) if isinstance(a, fx.Node) else None for a in m.anchor.args[2:4])
         anchor_values = layer_norm_template(rb, source, float(m.anchor.args[4]), weight, bias)
     else:
-        anchor_values = reduce_template(rb, source, m.kind, _correction(m.anchor))
+        anchor_values = reduce_template(rb, source, m.kind, _correction(m.anchor), dtype_name(m.anchor))
     row_index = {}  # row-level node -> its row value
     for node, result in m.results.items():
         if result[0] == "row":
@@ -297,7 +310,8 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
                 memo[node] = anchor_values.element(builder)
             else:
                 for i in node.all_input_nodes:
-                    element_value(builder, memo, i)
+                    if constant_value(i) is None:
+                        element_value(builder, memo, i)
                 memo[node] = Lowerer(builder, memo).lower(node)
         return memo[node]
 

@@ -6,17 +6,21 @@ view, no data moves) and, when there are several, merged into one (a view where 
 contiguous copy that fuse_pointwise makes a kernel). Global average pooling, a column sum, a batch mean and
 a full sum all become row reductions this way.
 
-Rule: `sum.dim_IntList`, `mean.dim`, `amax`, `var.correction` and, as `-amax(-x)`, `amin` over dims D of
-x (rank r; D empty or None: every dim; the full forms `sum.default`, `mean.default`, `max.default`,
-`min.default` too), unless D is the last dim alone, becomes
+Rule: `sum.dim_IntList`, `mean.dim`, `amax`, `amin`, `var.correction`, `prod.dim_int`, `argmax` and
+`argmin` over dims D of x (rank r; D empty or None: every dim, where argmax's index is into the flattened x;
+the full forms `sum.default`, `mean.default`, `max.default`, `min.default`, `prod.default` too), unless D
+is the last dim alone, becomes
 
     y = permute(x, kept + D) [-> view or clone+view to kept_sizes + [prod(D sizes)]]
-    r = op(y, [-1], keepdim=False, ...)                             # the kept dims in order
+    r = op(y, [-1] (or -1), keepdim=False, ...)                     # the kept dims in order
     [out = unsqueeze(r, d) for d in D]                              # with keepdim
 
-`var_mean` becomes its var and its mean first; `linalg_vector_norm` of order 1, 2 or inf over any dims
-becomes sum(abs(x)), sqrt(sum(x * x)) or amax(abs(x)) first, so it is reduced the same way. A 0-d x reduces
-as a [1] view of it. Preconditions: a floating x with a static or symbolic shape; a full reduction of more
+`var_mean` becomes its var and its mean first, `max.dim` / `min.dim` their amax / amin and argmax / argmin
+(two row reductions), `any` / `all` the amax / amin of (x != 0) as 0.0 / 1.0; `linalg_vector_norm` over any dims becomes
+sqrt(sum(x * x)), sum(abs(x)), amax / amin(abs(x)) (orders +-inf), the count of nonzeros (order 0) or
+sum(abs(x) ** p) ** (1 / p) first, so it is reduced the same way. A 0-d x reduces
+as a [1] view of it. Preconditions: a floating x (or, for a sum into int64, count_nonzero's, bools or
+integers) with a static or symbolic shape; a full reduction of more
 than FULL_REDUCTION_LIMIT elements stays as it is (a single row runs on one thread, slower than eager's
 parallel sum). The rewrite is plain ATen: where no kernel takes it, it still computes what the original did.
 
@@ -44,15 +48,27 @@ FULL_REDUCTION_LIMIT = 1 << 16
 # op -> (index of the dims argument or None for the full forms, index of keepdim or None)
 REDUCTIONS = {
     aten.sum.dim_IntList: (1, 2), aten.mean.dim: (1, 2), aten.amax.default: (1, 2), aten.amin.default: (1, 2),
+    aten.prod.dim_int: (1, 2), aten.argmax.default: (1, 2), aten.argmin.default: (1, 2),
     aten.var.correction: (1, None), aten.sum.default: (None, None), aten.mean.default: (None, None),
-    aten.max.default: (None, None), aten.min.default: (None, None),
+    aten.max.default: (None, None), aten.min.default: (None, None), aten.prod.default: (None, None),
 }
 _FULL = {aten.sum.default: aten.sum.dim_IntList, aten.mean.default: aten.mean.dim, aten.max.default: aten.amax.default,
-         aten.min.default: aten.amin.default}
+         aten.min.default: aten.amin.default, aten.prod.default: aten.prod.dim_int}
+_ONE_DIM = (aten.prod.dim_int, aten.argmax.default, aten.argmin.default)  # they take an int dim, not a list
+# max.dim / min.dim give (values, indices): the extreme and its first index, two reductions
+_VALUES_AND_INDICES = {aten.max.dim: (aten.amax.default, aten.argmax.default),
+                       aten.min.dim: (aten.amin.default, aten.argmin.default)}
+
+
+# any / all: whether some / every element is nonzero, as the max / min of (x != 0) in 0.0 and 1.0
+_TRUTH_REDUCTIONS = {aten.any.default: aten.amax.default, aten.any.dim: aten.amax.default,
+                     aten.any.dims: aten.amax.default, aten.all.default: aten.amin.default,
+                     aten.all.dim: aten.amin.default, aten.all.dims: aten.amin.default}
 
 
 def handles(node: fx.Node) -> bool:
-    return node.target in REDUCTIONS or node.target in (aten.linalg_vector_norm.default, aten.var_mean.correction)
+    return node.target in REDUCTIONS or node.target in (
+        aten.linalg_vector_norm.default, aten.var_mean.correction, *_VALUES_AND_INDICES, *_TRUTH_REDUCTIONS)
 
 
 def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
@@ -63,7 +79,14 @@ def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
             continue
         if node.target is aten.linalg_vector_norm.default:
             node = _norm_as_reduction(gm.graph, node) or node
-        parts = _split_var_mean(gm.graph, node) if node.target is aten.var_mean.correction else [node]
+        elif node.target in _TRUTH_REDUCTIONS:
+            node = _truth_as_extreme(gm.graph, node) or node
+        if node.target is aten.var_mean.correction:
+            parts = _split_var_mean(gm.graph, node)
+        elif node.target in _VALUES_AND_INDICES:
+            parts = _split_values_and_indices(gm.graph, node)
+        else:
+            parts = [node]
         rewritten += sum(1 for part in parts if part.target in REDUCTIONS and _rewrite(gm.graph, part))
     if rewritten:
         gm.graph.eliminate_dead_code()
@@ -93,29 +116,26 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, result = node.args[0], tensor_meta(node)
     meta = tensor_meta(x)
-    if meta is None or result is None or not meta.dtype.is_floating_point:
+    counts = node.target in (aten.sum.dim_IntList, aten.sum.default) and result is not None and (
+        result.dtype == torch.int64)  # count_nonzero's sum of bools
+    if meta is None or result is None or not (meta.dtype.is_floating_point or counts):
         return False
     scalar = meta.dim() == 0  # a 0-d x reduces as the one element of a [1] view (any dim it names is that one)
     rank = max(meta.dim(), 1)
     dims = [0] if scalar else _reduced_dims(node, rank)
-    if dims is None or (dims == [rank - 1] and _names_dims(node) and not scalar
-                        and node.target not in (aten.amin.default, aten.min.default)):
+    if dims is None or (dims == [rank - 1] and _names_dims(node) and not scalar):
         return False  # already a row reduction for fuse_reductions
     if len(dims) == rank and (has_symbols(meta.shape) or math.prod(meta.shape) > FULL_REDUCTION_LIMIT):
         return False
     kept = [d for d in range(rank) if d not in dims]
     target = _FULL.get(node.target, node.target)
-    negate = target is aten.amin.default  # amin(x) = -amax(-x): the kernels reduce with max
     with graph.inserting_before(node):
         rows = _rows(graph, call(aten.view.default, (x, [1])) if scalar else x, kept, dims)
-        if negate:
-            rows = call(aten.neg.default, (rows,))
         if target is aten.var.correction:  # its keepdim is keyword-only
             reduced = call(target, (rows, [-1]), {**_other_arguments(node), "keepdim": False})
         else:
-            reduced = call(aten.amax.default if negate else target, (rows, [-1], False), _other_arguments(node))
-        if negate:
-            reduced = call(aten.neg.default, (reduced,))
+            last = -1 if target in _ONE_DIM else [-1]
+            reduced = call(target, (rows, last, False), _other_arguments(node))
         out = reduced  # the kept dims in order: the result without keepdim
         if result.dim() == rank:  # keepdim: the reduced dims come back as 1s
             for d in dims:
@@ -177,9 +197,48 @@ def _split_var_mean(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
     return [var, mean]
 
 
+def _split_values_and_indices(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
+    """max.dim / min.dim as amax / amin and argmax / argmin over the same dim, which its getitem users then
+    read; [node] where a user is not a getitem."""
+    if not all(u.target is operator.getitem for u in node.users):
+        return [node]
+    x, dim, keepdim = node.args[0], node.args[1], node_arg(node, 2, "keepdim", False)
+    values_op, indices_op = _VALUES_AND_INDICES[node.target]
+    with graph.inserting_before(node):
+        values = call_with_value(graph, values_op, (x, [dim], keepdim))
+        indices = call_with_value(graph, indices_op, (x, dim, keepdim))
+    for part in (values, indices):
+        part.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    for user in list(node.users):
+        user.replace_all_uses_with(values if user.args[1] == 0 else indices)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return [values, indices]
+
+
 def _other_arguments(node: fx.Node) -> dict:
     """What the reduction keeps besides its input, dims and keepdim: var's correction, sum's or mean's dtype."""
     return {k: v for k, v in node.kwargs.items() if k not in ("dim", "keepdim")}
+
+
+def _truth_as_extreme(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
+    """any / all as amax / amin of (x != 0) cast to float32, then != 0 again (NaN counts as true, as in
+    eager), leaving the extreme to _rewrite."""
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
+    x, meta = node.args[0], tensor_meta(node.args[0])
+    if meta is None or meta.dtype not in (torch.bool, torch.float32, torch.float64, torch.int32, torch.int64):
+        return None
+    dims, keepdim = node_arg(node, 1, "dim", None), node_arg(node, 2, "keepdim", False)
+    dims = [] if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    with graph.inserting_before(node):
+        truth = x if meta.dtype == torch.bool else call(aten.ne.Scalar, (x, 0))
+        ones = call(aten._to_copy.default, (truth,), {"dtype": torch.float32})
+        extreme = call(_TRUTH_REDUCTIONS[node.target], (ones, dims, keepdim))
+        result = call(aten.ne.Scalar, (extreme, 0))
+    result.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    return extreme
 
 
 def _norm_as_reduction(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
@@ -188,19 +247,26 @@ def _norm_as_reduction(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
     x, meta = node.args[0], tensor_meta(node.args[0])
     order = node_arg(node, 1, "ord", 2)
     dims, keepdim = node_arg(node, 2, "dim", None), node_arg(node, 3, "keepdim", False)
-    if meta is None or not meta.dtype.is_floating_point or node_arg(node, 4, "dtype", None) is not None:
+    if meta is None or not meta.dtype.is_floating_point or node_arg(node, 4, "dtype", None) not in (None, meta.dtype):
         return None
-    if order not in (1, 2, math.inf, float("inf")):
-        return None
+    if not isinstance(order, (int, float)) or (meta.numel() == 0 and order < 0):
+        return None  # eager raises for a negative order over an empty input
     dims = list(range(meta.dim())) if dims is None else dims
     with graph.inserting_before(node):
         if order == 2:
             summed = call(aten.sum.dim_IntList, (call(aten.mul.Tensor, (x, x)), dims, keepdim))
             result = call(aten.sqrt.default, (summed,))
             reduction = summed
-        else:
-            op = aten.sum.dim_IntList if order == 1 else aten.amax.default
+        elif order == 0:  # how many elements are nonzero
+            nonzero = call(aten._to_copy.default, (call(aten.ne.Scalar, (x, 0)),), {"dtype": meta.dtype})
+            result = reduction = call(aten.sum.dim_IntList, (nonzero, dims, keepdim))
+        elif order in (1, math.inf, -math.inf):
+            op = {1: aten.sum.dim_IntList, math.inf: aten.amax.default, -math.inf: aten.amin.default}[order]
             result = reduction = call(op, (call(aten.abs.default, (x,)), dims, keepdim))
+        else:  # (sum |x|^p)^(1/p)
+            powered = call(aten.pow.Tensor_Scalar, (call(aten.abs.default, (x,)), float(order)))
+            reduction = call(aten.sum.dim_IntList, (powered, dims, keepdim))
+            result = call(aten.pow.Tensor_Scalar, (reduction, 1.0 / float(order)))
     result.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(result)
     graph.erase_node(node)

@@ -27,7 +27,24 @@ CASES = {
     "norm dim 1": lambda x: torch.linalg.vector_norm(x, dim=1),
     "norm 1 all": lambda x: torch.linalg.vector_norm(x, ord=1),
     "norm inf dim 0": lambda x: torch.linalg.vector_norm(x, ord=math.inf, dim=0),
+    "norm -inf dims (0, 2)": lambda x: torch.linalg.vector_norm(x, ord=-math.inf, dim=(0, 2)),
+    "norm 0 dim 1": lambda x: torch.linalg.vector_norm(x, ord=0, dim=1),
+    "norm 3 all": lambda x: torch.linalg.vector_norm(x, ord=3),
+    "norm -1.5 dim 0": lambda x: torch.linalg.vector_norm(x, ord=-1.5, dim=0),
+    "prod dim 0": lambda x: (x * 0.1 + 1).prod(0),
+    "prod all": lambda x: (x * 0.1 + 1).prod(),
+    "argmax dim 1 keepdim": lambda x: x.argmax(1, keepdim=True),
+    "argmin dim 0": lambda x: x.argmin(0),
+    "argmax all": lambda x: x.argmax(),
+    "max dim 0": lambda x: torch.max(x, 0),
+    "min dim 1 keepdim": lambda x: torch.min(x, 1, keepdim=True),
+    "any dim 1": lambda x: (x > 1).any(1),
+    "all dims (0, 2)": lambda x: torch.all(x.round(), dim=(0, 2)),
+    "any all": lambda x: x.round().any(),
+    "count_nonzero dims (0, 1)": lambda x: torch.count_nonzero(x.round(), dim=(0, 1)),
 }
+OPS_IN_PYTORCH = ("sum", "mean", "amax", "amin", "var", "max", "min", "linalg_vector_norm", "prod", "argmax",
+                  "argmin", "any", "all", "count_nonzero")
 
 
 def compiled(fn, *args, **options):
@@ -44,8 +61,7 @@ def test_reductions_over_any_dims_match_eager_in_kernels(name, shape):
     x = torch.randn(shape)
     out, reports = compiled(fn, x)
     assert_close(out, fn(x))
-    assert not any("reduc" in f.reason or f.op.split(".")[1] in ("sum", "mean", "amax", "amin", "var", "max", "min",
-                                                                 "linalg_vector_norm")
+    assert not any("reduc" in f.reason or f.op.split(".")[1] in OPS_IN_PYTORCH
                    for r in reports for f in r.fallbacks), [f.op for r in reports for f in r.fallbacks]
     assert any(k.kind == "reduction" for r in reports for k in r.kernels)
 
@@ -66,6 +82,38 @@ def test_non_contiguous_inputs_odd_sizes_and_specials():
                lambda x: x.var(0)):
         out, _ = compiled(fn, x)
         assert_close(out, fn(x))
+
+
+def test_arg_extremes_take_the_first_index_and_nan_wins_as_in_eager():
+    x = torch.tensor([[1.0, 3.0, 3.0, -1.0], [2.0, math.nan, 5.0, math.nan], [-math.inf] * 4, [0.0, -0.0, 0.0, 1.0]])
+    fn = lambda x: (x.argmax(-1), x.argmin(-1), x.argmax(0), x.argmin(0), torch.max(x, 1), torch.min(x, 0))  # noqa
+    out, reports = compiled(fn, x)
+    for actual, expected in zip(out, fn(x)):
+        assert_close(actual, expected)
+    assert [f.op for r in reports for f in r.fallbacks] == []
+
+
+def test_any_all_and_counts_of_bools_and_integers_with_nan():
+    x = torch.tensor([[0.0, math.nan, 0.0], [0.0, 0.0, 0.0], [1.0, -2.0, math.inf]])
+    fn = lambda x: (x.any(1), x.all(1), x.any(), x.all(0, keepdim=True), (x != 0).sum(0),  # noqa: E731
+                    torch.count_nonzero(x), (x > 0).long().sum(1), x.int().sum(-1))
+    out, reports = compiled(fn, x.nan_to_num())
+    for actual, expected in zip(out, fn(x.nan_to_num())):
+        assert_close(actual, expected)
+    out, reports = compiled(lambda x: (x.any(1), x.all(1), torch.count_nonzero(x, 0)), x)
+    for actual, expected in zip(out, (x.any(1), x.all(1), torch.count_nonzero(x, 0))):
+        assert_close(actual, expected)
+    assert [f.op for r in reports for f in r.fallbacks] == []
+
+
+def test_nansum_and_nanmean_take_their_zero_as_a_literal():
+    x = torch.randn(4, 6)
+    x[1, 2] = x[3, :] = math.nan
+    fn = lambda x: (torch.nansum(x, 1), torch.nanmean(x, 0), torch.nansum(x))  # noqa: E731
+    out, reports = compiled(fn, x)
+    for actual, expected in zip(out, fn(x)):
+        assert_close(actual, expected)
+    assert [f.op for r in reports for f in r.fallbacks] == []
 
 
 def test_zero_size_inputs():

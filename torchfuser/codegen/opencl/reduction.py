@@ -17,11 +17,24 @@ from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.reduction import GROUP_PER_ROW
 from torchfuser.ir.kernels import ReductionSpec
 
-_IDENTITY = {"sum": "(({T})0)", "max": "(({T})-INFINITY)"}
+_IDENTITY = {"sum": "(({T})0)", "prod": "(({T})1)", "max": "(({T})-INFINITY)", "min": "(({T})INFINITY)"}
+_INTEGER_IDENTITY = {"sum": "(({T})0)", "prod": "(({T})1)", "max": "(({T})LONG_MIN)", "min": "(({T})LONG_MAX)"}
+_FLOAT_C = ("float", "double")
+
+
+def _identity(combine: str, c_type: str) -> str:
+    """The combine's identity in `c_type` (a scalar or vector type; integer accumulators are long)."""
+    table = _IDENTITY if c_type.rstrip("0123456789") in _FLOAT_C else _INTEGER_IDENTITY
+    return table[combine].format(T=c_type)
 
 
 def _combine(combine: str, a: str, b: str, c_type: str) -> str:
-    return f"({a} + {b})" if combine == "sum" else f"tf_maximum_{c_type}({a}, {b})"
+    """a combined with b; floating max / min propagate NaN as eager does (tf_maximum, not fmax)."""
+    if combine in ("sum", "prod"):
+        return f"({a} {'+' if combine == 'sum' else '*'} {b})"
+    if c_type.rstrip("0123456789") in _FLOAT_C:
+        return f"tf_{'maximum' if combine == 'max' else 'minimum'}_{c_type}({a}, {b})"
+    return f"{combine}({a}, {b})"
 
 
 def _used_inputs(program: Program) -> set[int]:
@@ -88,7 +101,7 @@ class _Writer:
 
     def vectorised(self, program: Program) -> bool:
         """Vector path: one floating type (plus bools, as masks), no strided loads, floating outputs."""
-        if self.spec.schedule == GROUP_PER_ROW or self.spec.vector_width <= 1:
+        if self.spec.schedule == GROUP_PER_ROW or self.spec.vector_width <= 1 or program.indexes_last_dim:
             return False
         used = _used_inputs(program)
         if any(self.spec.layouts[i] == "strided" for i in used if i < self.n_loads):
@@ -99,6 +112,8 @@ class _Writer:
         """Statements evaluating an element program at column j (a vector of `width` from j); output names."""
         used = _used_inputs(program)
         lines, names = [], []
+        if program.indexes_last_dim:  # the column (last_index): argmax's position in the row
+            lines.append(f"const {self.idx} jlast = {j};")
         for i in range(program.n_inputs):
             dtype = program.input_dtypes[i]
             if self.stash is not None and program is self.final and i == self.stash_input:
@@ -136,12 +151,11 @@ class _Writer:
     def stage_per_item(self, k: int) -> list[str]:
         stage, idx = self.red.stages[k], self.idx
         c_type = C_TYPES[stage.acc_dtype]
-        init = _IDENTITY[stage.combine].format(T=c_type)
-        lines = [f"{c_type} acc{k} = {init};", f"{idx} j{k} = 0;"]
+        lines = [f"{c_type} acc{k} = {_identity(stage.combine, c_type)};", f"{idx} j{k} = 0;"]
         if self.vectorised(stage.element):
             w = self.spec.vector_width
             vtype = vector_type(stage.acc_dtype, w)
-            vinit = _IDENTITY[stage.combine].format(T=vtype)
+            vinit = _identity(stage.combine, vtype)
             steps = []
             for lane in range(2):
                 body, (value,) = self.element_block(stage.element, f"j{k} + {lane * w}", f"s{k}u{lane}_", w)
@@ -207,7 +221,7 @@ class _Writer:
         for k, stage in enumerate(self.red.stages):
             c_type = C_TYPES[stage.acc_dtype]
             body, (value,) = self.element_block(stage.element, f"j{k}", f"s{k}_", 1)
-            lines += [f"{c_type} acc{k} = {_IDENTITY[stage.combine].format(T=c_type)};",
+            lines += [f"{c_type} acc{k} = {_identity(stage.combine, c_type)};",
                       f"for ({idx} j{k} = lid; j{k} < n; j{k} += lsize) {{", *body,
                       *self.stash_store(k, value, f"j{k}", 1),
                       f"acc{k} = {_combine(stage.combine, f'acc{k}', value, c_type)};", "}",
@@ -225,10 +239,13 @@ class _Writer:
         programs = [p for s in self.red.stages for p in (s.element, s.finish)] + [self.red.final]
         group = self.spec.schedule == GROUP_PER_ROW
         text = helpers_for(programs, 1 if group else self.spec.vector_width)
-        for combine, dtype in sorted({(s.combine, s.acc_dtype) for s in self.red.stages}):
-            c_type = C_TYPES[dtype]
-            text += _group_helper(combine, c_type, self.spec.group_size) if group else _fold_helper(
-                combine, c_type, self.spec.vector_width)
+        if group:
+            for combine, dtype in sorted({(s.combine, s.acc_dtype) for s in self.red.stages}):
+                text += _group_helper(combine, C_TYPES[dtype], self.spec.group_size)
+            return text
+        vector_stages = {(s.combine, s.acc_dtype) for s in self.red.stages if self.vectorised(s.element)}
+        for combine, dtype in sorted(vector_stages):  # lanes to fold: floating accumulators only
+            text += _fold_helper(combine, C_TYPES[dtype], self.spec.vector_width)
         return text
 
     def source(self) -> str:
@@ -255,8 +272,10 @@ def _fold_helper(combine: str, c_type: str, width: int) -> str:
         w //= 2
         half = vector_type({"float": "float32", "double": "float64"}[c_type], w)
         a, b = f"{current}.lo", f"{current}.hi"
-        # NaN propagates through max, as in eager (fmax alone would drop it)
-        value = f"({a} + {b})" if combine == "sum" else f"((isnan({a}) || isnan({b})) ? ({a} + {b}) : fmax({a}, {b}))"
+        if combine in ("sum", "prod"):
+            value = f"({a} {'+' if combine == 'sum' else '*'} {b})"
+        else:  # NaN propagates through max and min, as in eager (fmax / fmin alone would drop it)
+            value = f"((isnan({a}) || isnan({b})) ? ({a} + {b}) : f{combine}({a}, {b}))"
         lines.append(f"const {half} h{w} = {value};")
         current = f"h{w}"
     body = "\n  ".join(lines)
