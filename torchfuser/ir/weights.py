@@ -1,10 +1,13 @@
 """Transforms of weights made once and kept while the weights are unchanged (graph targets run on the host).
 
-`ConcatWeights` is `torch.cat(parts, dim)` whose result is kept from call to call: while every part is the same
-tensor, with the same storage and version, the call returns the tensor it made before (a GEMM that reads it then
-finds its packed copy of it too). A new version of any part (an optimiser step, an in-place update) makes it
-anew. Its meaning is torch.cat's whatever the inputs, so a graph with it is correct for activations too, only
-slower (a copy per call).
+A `WeightTransform` is a function of tensors whose result is kept from call to call: while every tensor
+argument is the same tensor, with the same storage and version, the call returns the tensor it made before
+(a GEMM that reads it then finds its packed copy of it too). A new version of any argument (an optimiser step,
+an in-place update) makes it anew. Its meaning is its `make` whatever the inputs, so a graph with it is
+correct for activations too, only slower (the transform runs every call).
+
+- `ConcatWeights`: torch.cat(parts, dim) (merged sibling GEMMs).
+- `FoldedBatchNorm`: a convolution's weight or bias with the inference batch norm after it folded in.
 """
 
 from __future__ import annotations
@@ -14,25 +17,60 @@ import weakref
 import torch
 
 
-class ConcatWeights:
-    """torch.cat(parts, dim), kept while the parts are unchanged."""
+class WeightTransform:
+    """make(*args), kept while its tensor arguments are unchanged."""
 
     weight_transform = True  # made once per version of its inputs: not an op of every call
 
-    def __init__(self, dim: int):
-        self.dim = dim
-        self.__name__ = "tf_concat_weights"
+    def __init__(self, name: str):
+        self.__name__ = name
         self.__module__ = "torchfuser.weights"
-        self._made: tuple = ((), None)  # ((weak ref, address, version) per part, result)
+        self._made: tuple = ((), None)  # ((weak ref, address, version) per tensor argument, result)
 
     def __repr__(self) -> str:
         return self.__name__
 
-    def __call__(self, *parts: torch.Tensor) -> torch.Tensor:
+    def make(self, *args):
+        raise NotImplementedError
+
+    def __call__(self, *args):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
         seen, result = self._made
-        if len(seen) == len(parts) and all(ref() is t and address == t.data_ptr() and version == t._version
-                                           for (ref, address, version), t in zip(seen, parts)):
+        if len(seen) == len(tensors) and all(ref() is t and address == t.data_ptr() and version == t._version
+                                             for (ref, address, version), t in zip(seen, tensors)):
             return result
-        result = torch.cat(parts, self.dim)
-        self._made = (tuple((weakref.ref(t), t.data_ptr(), t._version) for t in parts), result)
+        result = self.make(*args)
+        self._made = (tuple((weakref.ref(t), t.data_ptr(), t._version) for t in tensors), result)
         return result
+
+
+class ConcatWeights(WeightTransform):
+    """torch.cat(parts, dim), kept while the parts are unchanged."""
+
+    def __init__(self, dim: int):
+        super().__init__("tf_concat_weights")
+        self.dim = dim
+
+    def make(self, *parts: torch.Tensor) -> torch.Tensor:
+        return torch.cat(parts, self.dim)
+
+
+class FoldedBatchNorm(WeightTransform):
+    """The weight ("weight") or bias ("bias") of conv(x, w, b) such that conv(x, w', b') is the inference
+    batch norm of conv(x, w, b): per output channel, scale = gamma / sqrt(var + eps), w' = w * scale and
+    b' = (b - mean) * scale + beta (b, gamma, beta None: 0, 1, 0)."""
+
+    def __init__(self, part: str, eps: float):
+        if part not in ("weight", "bias"):
+            raise ValueError("part is 'weight' or 'bias'")
+        super().__init__(f"tf_fold_batch_norm_{part}")
+        self.part, self.eps = part, float(eps)
+
+    def make(self, weight, bias, mean, var, gamma, beta) -> torch.Tensor:
+        scale = torch.rsqrt(var + self.eps)
+        if gamma is not None:
+            scale = scale * gamma
+        if self.part == "weight":
+            return weight * scale.view(-1, *[1] * (weight.dim() - 1))
+        folded = -mean * scale if bias is None else (bias - mean) * scale
+        return folded if beta is None else folded + beta

@@ -35,6 +35,11 @@ def dtype_name(node) -> str:
     return DTYPE_NAMES[meta.dtype]
 
 
+def node_arg(node: fx.Node, index: int, name: str, default=None):
+    """An argument given by position or by keyword."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
 # ops whose every element is one Python number, and where their argument list holds it
 CONSTANT_OPS = {aten.scalar_tensor.default: 0, aten.full.default: 1, aten.full_like.default: 1}
 
@@ -311,6 +316,8 @@ POINTWISE = {
     aten.clamp.default: _clamp_default,
     aten.clamp_min.default: lambda lw, n: _clamp(lw, n, low=n.args[1]),
     aten.clamp_max.default: lambda lw, n: _clamp(lw, n, high=n.args[1]),
+    # relu6 arrives as hardtanh(x, 0, 6): the clamp it is (NaN stays NaN in both)
+    aten.hardtanh.default: lambda lw, n: _clamp(lw, n, node_arg(n, 1, "min_val", -1.0), node_arg(n, 2, "max_val", 1.0)),
     aten.gelu.default: _gelu,
     aten.pow.Tensor_Scalar: _pow_scalar,
     aten.leaky_relu.default: _leaky_relu,

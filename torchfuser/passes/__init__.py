@@ -8,8 +8,8 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_last_dim, eliminate_dead_code, fuse_attention, fuse_gemm_epilogue, fuse_pointwise,
-    fuse_reductions, merge_sibling_gemms, reduce_over_last_dim, tensor_scalar_operands,
+    batch_norm_as_affine, cat_as_last_dim, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
+    fuse_pointwise, fuse_reductions, merge_sibling_gemms, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -22,7 +22,11 @@ register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_ope
 register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 # reductions over any dims as reductions over the last dim of a view, the form fuse_reductions takes
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
-# inference batch norm as its per-channel affine, elementwise ops the fusions below take in
+# inference batch norm after a convolution folded into its weights (made once per weight version)
+register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
+# max / average pooling as elementwise max / sum over one strided view per window tap
+register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
+# other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
 # (conv_as_gemm, convolutions as im2col + GEMM, is opt-in: torchfuser.passes.conv_as_gemm.register())
 # siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 from torch.fx.passes.infra.pass_base import PassResult as FxPassResult
 from torch.fx.passes.tools_common import stable_topological_sort
 
 from torchfuser.ir.kernels import FusedKernel
 
+aten = torch.ops.aten
 UNFUSED = "torchfuser_unfused"  # node.meta key: {pass name: why the pass left the node to PyTorch}
 
 
@@ -35,11 +37,6 @@ def unfused_reasons(node: fx.Node) -> dict[str, str]:
     return dict(node.meta.get(UNFUSED, {}))
 
 
-def node_arg(node: fx.Node, index: int, name: str, default=None):
-    """An argument given by position or by keyword."""
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
-
-
 def call_with_value(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
     """A new call node (at the graph's insert point) with its fake value computed from its operands' (symbolic
     shapes stay symbolic): the meta every later pass and the lowering read."""
@@ -53,6 +50,18 @@ def call_with_value(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
 
     node.meta["val"] = target(*[value(a) for a in args], **kwargs)
     return node
+
+
+def constant_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int, value: float) -> fx.Node:
+    """x with `pad` elements of `value` on both sides of dim: a concatenation with a constant (a literal in the
+    kernel), at the graph's insert point."""
+    meta = x.meta["val"]
+    shape = list(meta.shape)
+    shape[dim] = pad
+    fill = graph.call_function(aten.full.default, (shape, value), {"dtype": meta.dtype, "device": meta.device,
+                                                                  "pin_memory": False})
+    fill.meta["val"] = meta.new_full(shape, value)
+    return call_with_value(graph, aten.cat.default, ([fill, x, fill], dim))
 
 
 def count_ops(gm: fx.GraphModule) -> int:

@@ -36,7 +36,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused
+from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
 from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
@@ -99,7 +99,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         kh, kw = (1, *kernel) if one_d else kernel
         for dim, pad in ((3, padding[1]), (2, padding[0])):
             if pad:
-                x = _zero_pad(graph, x, dim, pad)
+                x = constant_pad(graph, x, dim, pad, 0.0)
         hp, wp = tensor_meta(x).shape[2:]
         oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
@@ -122,15 +122,3 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)
-
-
-def _zero_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int) -> fx.Node:
-    """x with `pad` zeros on both sides of dim: a concatenation with a constant (a literal in the kernel)."""
-    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
-    meta = tensor_meta(x)
-    shape = list(meta.shape)
-    shape[dim] = pad
-    zeros = graph.call_function(aten.full.default, (shape, 0.0), {"dtype": meta.dtype, "device": meta.device,
-                                                                 "pin_memory": False})
-    zeros.meta["val"] = meta.new_zeros(shape)
-    return call(aten.cat.default, ([zeros, x, zeros], dim))

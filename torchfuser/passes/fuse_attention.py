@@ -43,9 +43,9 @@ import torch.fx as fx
 from torchfuser.ir.aten import RESHAPES
 from torchfuser.ir.kernels import AttentionKernel
 from torchfuser.ir.program import Const, ProgramBuilder
-from torchfuser.lowering.from_aten import POINTWISE, Lowerer, NotLowerable, dtype_name, tensor_meta
+from torchfuser.lowering.from_aten import Lowerer, NotLowerable, POINTWISE, dtype_name, node_arg, tensor_meta
 from torchfuser.passes.base import (
-    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, node_arg, record_unfused,
+    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused,
 )
 
 aten = torch.ops.aten

@@ -38,9 +38,9 @@ from torchfuser.ir.program import ProgramBuilder
 from torchfuser.ir.reduction import (
     RowReductionBuilder, layer_norm_template, reduce_template, reduction_stage, softmax_template, variance_row,
 )
-from torchfuser.lowering.from_aten import Lowerer, constant_value, dtype_name, lowering_problem, tensor_meta
+from torchfuser.lowering.from_aten import Lowerer, constant_value, dtype_name, lowering_problem, node_arg, tensor_meta
 from torchfuser.passes.base import (
-    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, node_arg, record_unfused,
+    PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused,
 )
 
 aten = torch.ops.aten

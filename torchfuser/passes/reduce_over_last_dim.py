@@ -38,8 +38,8 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
-from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, node_arg
+from torchfuser.lowering.from_aten import node_arg, tensor_meta
+from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
 aten = torch.ops.aten
 NAME = "reduce_over_last_dim"

@@ -23,6 +23,7 @@ import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.tools.bench.blocks import BLOCKS, block_row, format_blocks, hf_available
 from torchfuser.tools.bench.bounds import copy_bandwidth, fma_ceiling, format_ceilings
+from torchfuser.tools.bench.cnn import CNNS, cnn_row
 from torchfuser.tools.bench.peers import TIMES_NOTE
 from torchfuser.tools.bench.gemm import format_gemm, format_mlp, gemm_rows, mlp_row
 from torchfuser.tools.bench.generate import dynamic_cost_row, format_dynamic_cost, format_generate, generate_row
@@ -39,8 +40,9 @@ SECTIONS = {
     "decode": "one token [1, 1, 768] through GPT2Block and LlamaDecoderLayer",
     "gemv": "768x3072 GEMV, weight GB/s vs copy bandwidth",
     "generate": "HF generate() of GPT-2 and LLaMA 4x512, dynamic KV cache: tokens/s, first call, graphs",
+    "cnn": "ResNet-18 4x3x112x112, a MobileNetV2 block, a conv1d stack, ViT's patch embedding",
 }
-FLOP_BOUND = {"gemm", "mlp", "gpt2", "llama"}
+FLOP_BOUND = {"gemm", "mlp", "gpt2", "llama", "cnn"}
 BANDWIDTH_BOUND = {"small", "decode", "gemv", "generate"}
 
 
@@ -112,6 +114,9 @@ def main(argv=None) -> int:
     blocks = [timed(name, lambda: block_row(name, args.repeats, inductor)) for name in BLOCKS if name in sections]
     if blocks:
         print(format_blocks(blocks, fma) + "\n", flush=True)
+    if "cnn" in sections:
+        rows = [timed("cnn", lambda: cnn_row(name, args.repeats, inductor)) for name in CNNS]
+        print(format_blocks(rows, fma) + "\n", flush=True)
     latency = []
     if "small" in sections:
         latency.append(timed("small", lambda: small_row(args.repeats, inductor)))

@@ -160,22 +160,28 @@ def _fuses(kernel: dict) -> str:
     return text if len(text) <= 48 else text[:45] + "..."
 
 
+def _describe(row: dict) -> str:
+    """A transformer block's shape, or a model's input shape."""
+    if "input" in row:
+        return "input " + "x".join(map(str, row["input"]))
+    s = row["shape"]
+    return (f"{s['batch']}x{s['seq']}x{s['width']}, {s['heads']} heads"
+            + (f", {s['kv_heads']} kv heads, intermediate {s['intermediate']}" if row["name"] == "llama" else ""))
+
+
 def format_blocks(rows: list[dict], ceiling: float | None = None) -> str:
-    head = (f"{'block':<7}{times_head()}{'% FLOP bound':>14}{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}"
+    head = (f"{'block':<12}{times_head()}{'% FLOP bound':>14}{'kernels':>9}{'eager ops':>11}{'in PyTorch':>12}"
             f"{'kernel ms':>11}")
     lines = [head, "-" * len(head)]
     for r in rows:
         share = flop_bound_share(r["flops"], r["medians"]["torchfuser"], ceiling)
         lines.append(
-            f"{r['name']:<7}{times_columns(r['medians'])}{(100 * share if share else float('nan')):>13.0f}%"
+            f"{r['name']:<12}{times_columns(r['medians'])}{(100 * share if share else float('nan')):>13.0f}%"
             f"{r['launches']:>9}{r['eager_compute_ops']:>5} ({r['eager_ops']:>3}){sum(r['fallbacks'].values()):>12}"
             f"{r['kernel_seconds'] * 1e3:>11.2f}{slower_flag(r['medians'])}")
     for r in rows:
-        s = r["shape"]
-        lines.append(f"\n{r['name']} ({s['batch']}x{s['seq']}x{s['width']}, {s['heads']} heads"
-                     + (f", {s['kv_heads']} kv heads, intermediate {s['intermediate']}" if r["name"] == "llama" else "")
-                     + f"; {r['flops'] / 1e9:.2f} GFLOP; max |torchfuser - eager| {r['max_error']:.1e}, "
-                     f"{r['graphs']} graph(s))")
+        lines.append(f"\n{r['name']} ({_describe(r)}; {r['flops'] / 1e9:.2f} GFLOP; max |torchfuser - eager| "
+                     f"{r['max_error']:.1e}, {r['graphs']} graph(s))")
         fallbacks = ", ".join(f"{op} x{n}" for op, n in sorted(r["fallbacks"].items())) or "none"
         lines.append(f"  in PyTorch: {fallbacks}")
         host = r["medians"]["torchfuser"] - r["kernel_seconds"]

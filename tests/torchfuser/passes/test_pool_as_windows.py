@@ -1,0 +1,64 @@
+"""pool_as_windows: max and average pooling as elementwise ops over one strided view per tap, as eager."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchfuser
+from eager_compare import assert_close
+
+POOLS = {
+    "max 3 stride 2 pad 1": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max 2 after relu": lambda x: F.max_pool2d(torch.relu(x), 2),
+    "max 3 dilation 2 pad 1": lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2),
+    "max (2, 3) stride (1, 2)": lambda x: F.max_pool2d(x, (2, 3), (1, 2)),
+    "avg 3 stride 2 pad 1": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg (2, 3) stride (1, 2)": lambda x: F.avg_pool2d(x, (2, 3), (1, 2)),
+    "max1d 3 stride 2 pad 1": lambda x: F.max_pool1d(x.flatten(2), 3, 2, 1),
+    "avg1d 4": lambda x: F.avg_pool1d(x.flatten(2), 4),
+    "max then scale": lambda x: F.max_pool2d(x, 2) * 2 + 1,
+}
+
+
+def compiled(fn, x):
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        out = torchfuser.compile(fn)(x)
+    return out, reports[-1]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "3-d"])
+@pytest.mark.parametrize("name", list(POOLS))
+def test_pooling_runs_in_kernels_as_eager(name, layout):
+    fn = POOLS[name]
+    x = torch.randn(2, 5, 13, 11)
+    x[0, 1, 3, 4], x[1, 2, 0, 0], x[1, 3, 5, 5] = math.nan, math.inf, -math.inf
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "3-d":
+        x = x[0]
+    out, report = compiled(fn, x)
+    expected = fn(x)
+    assert_close(out, expected)
+    assert out.shape == expected.shape
+    assert report.fallbacks == []
+    assert {p.name: p.stats for p in report.passes}["pool_as_windows"]["poolings"] == 1
+
+
+def test_pooling_it_does_not_take_stays_in_pytorch_with_the_reason():
+    x = torch.randn(2, 3, 9, 9)
+    for fn, reason in ((lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), "ceil_mode"),
+                       (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), "does not count"),
+                       (lambda x: F.max_pool2d(x, 3, return_indices=True)[1].float(), "indices"),
+                       (lambda x: F.avg_pool2d(x, 8), "taps")):
+        out, report = compiled(fn, x)
+        assert_close(out, fn(x))
+        assert any(reason in f.reason for f in report.fallbacks), [f.reason for f in report.fallbacks]
+
+
+def test_zero_size_batch():
+    x = torch.randn(0, 3, 8, 8)
+    out, _ = compiled(lambda x: F.max_pool2d(x, 2), x)
+    assert out.shape == (0, 3, 4, 4)
