@@ -18,14 +18,15 @@ from torchfuser.passes.pipeline import (
 
 # numbers Dynamo passes as 0-d tensors (dynamic shapes) first, so that every fusion below sees them as inputs
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
+# inference batch norm after a convolution folded into its weights (made once per weight version)
+register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
+# max / average pooling as elementwise max / sum over one strided view per window tap (its padding is
+# concatenations: before cat_as_last_dim, which makes those row kernels)
+register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
 # cats along inner dims (a KV cache's append) as cats along the last dim of flattening views: row kernels
 register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 # reductions over any dims as reductions over the last dim of a view, the form fuse_reductions takes
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
-# inference batch norm after a convolution folded into its weights (made once per weight version)
-register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
-# max / average pooling as elementwise max / sum over one strided view per window tap
-register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
 # other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
 # (conv_as_gemm, convolutions as im2col + GEMM, is opt-in: torchfuser.passes.conv_as_gemm.register())

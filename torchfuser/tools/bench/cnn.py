@@ -117,6 +117,5 @@ def cnn_row(name: str, repeats: int, inductor: bool) -> dict:
     torch.manual_seed(0)
     make, shape = CNNS[name]
     model = make().eval()
-    # convolutions sum hundreds to thousands of products in another order than oneDNN
-    row = module_row(name, model, torch.randn(shape), repeats, inductor, rtol=1e-3, atol=1e-3)
+    row = module_row(name, model, torch.randn(shape), repeats, inductor)
     return {**row, "input": shape}
