@@ -24,11 +24,13 @@ result is contiguous, as eager's cat is.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
-from torchfuser.lowering.from_aten import POINTWISE, node_arg, tensor_meta
+from torchfuser.lowering.from_aten import POINTWISE, constant_value, node_arg, tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
 aten = torch.ops.aten
@@ -44,8 +46,7 @@ def cat_as_last_dim(gm: fx.GraphModule) -> PassResult:
             continue
         graph, meta = gm.graph, tensor_meta(node)
         with graph.inserting_before(node):
-            flat = [call_with_value(graph, aten.view.default, (x, [*tensor_meta(x).shape[:dim], -1]))
-                    for x in node.args[0]]
+            flat = [_flattened(graph, x, dim) for x in node.args[0]]
             joined = call_with_value(graph, aten.cat.default, (flat, -1))
             result = call_with_value(graph, aten.view.default, (joined, list(meta.shape)))
         for new in (*flat, joined, result):
@@ -57,6 +58,18 @@ def cat_as_last_dim(gm: fx.GraphModule) -> PassResult:
         gm.graph.lint()
         gm.recompile()
     return PassResult(gm, rewritten > 0, {"cats": rewritten, "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def _flattened(graph: fx.Graph, x: fx.Node, dim: int) -> fx.Node:
+    """x viewed with its dims from `dim` on as one; a `full` (a pooling's or convolution's padding) is made
+    again at that shape instead, so it stays a constant the kernel takes as a literal."""
+    meta = tensor_meta(x)
+    if x.target is aten.full.default and constant_value(x) is not None:
+        shape = [*meta.shape[:dim], math.prod(meta.shape[dim:])]
+        fill = graph.call_function(aten.full.default, (shape, x.args[1]), dict(x.kwargs))
+        fill.meta["val"] = meta.new_full(shape, x.args[1])
+        return fill
+    return call_with_value(graph, aten.view.default, (x, [*meta.shape[:dim], -1]))
 
 
 def _inner_dim(node: fx.Node) -> int | None:
