@@ -19,7 +19,8 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason.
 
-Opt-in (`register()` puts it in PIPELINE after batch_norm_as_affine): with explicit im2col copies, zero
+Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim,
+which makes its zero-padding concatenations row kernels): with explicit im2col copies, zero
 padding as copies and GEMMs well short of the FMA ceiling, a CNN runs slower this way than with oneDNN's
 convolutions in PyTorch (figures in the notes), and a default path must never be slower than eager.
 
@@ -45,7 +46,7 @@ NAME = "conv_as_gemm"
 
 def register() -> None:
     """Run convolutions as GEMMs from now on (unregister_pass(NAME) undoes it)."""
-    register_pass(NAME, conv_as_gemm, after="batch_norm_as_affine", handles=handles)
+    register_pass(NAME, conv_as_gemm, after="pool_as_windows", handles=handles)
 
 
 def handles(node: fx.Node) -> bool:

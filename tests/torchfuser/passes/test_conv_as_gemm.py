@@ -20,8 +20,9 @@ def conv_pass():
     unregister_pass(NAME)
 
 
-def test_opt_in_places_the_pass_before_the_gemm_passes():
-    assert PIPELINE.index(NAME) == PIPELINE.index("batch_norm_as_affine") + 1
+def test_opt_in_places_the_pass_after_folding_and_before_the_concatenation_and_gemm_passes():
+    assert PIPELINE.index("fold_batch_norm") < PIPELINE.index(NAME) < PIPELINE.index("cat_as_last_dim")
+    assert PIPELINE.index(NAME) < PIPELINE.index("merge_sibling_gemms")
 
 
 def compiled(model, x):
