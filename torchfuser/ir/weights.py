@@ -8,6 +8,7 @@ correct for activations too, only slower (the transform runs every call).
 
 - `ConcatWeights`: torch.cat(parts, dim) (merged sibling GEMMs).
 - `FoldedBatchNorm`: a convolution's weight or bias with the inference batch norm after it folded in.
+- `ConvWeightAsMatrix`: a convolution's weight as the B matrix of its GEMM.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ class ConcatWeights(WeightTransform):
 
     def make(self, *parts: torch.Tensor) -> torch.Tensor:
         return torch.cat(parts, self.dim)
+
+
+class ConvWeightAsMatrix(WeightTransform):
+    """A convolution's weight [Cout, C, KH, KW] (conv1d: [Cout, C, KW]) as the B of its GEMM over channels-last
+    patches: [KH * KW * C, Cout], row (kh, kw, c) (ir/kernels/gemm.ConvWindow's order)."""
+
+    def __init__(self):
+        super().__init__("tf_conv_weight_as_matrix")
+
+    def make(self, weight: torch.Tensor) -> torch.Tensor:
+        taps_first = weight.permute(2, 3, 1, 0) if weight.dim() == 4 else weight.permute(2, 1, 0)
+        return taps_first.reshape(-1, weight.shape[0]).contiguous()
 
 
 class FoldedBatchNorm(WeightTransform):

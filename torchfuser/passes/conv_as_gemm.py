@@ -1,31 +1,36 @@
-"""conv_as_gemm: a convolution becomes a GEMM over its input's patches (im2col), so the GEMM kernels run it.
+"""conv_as_gemm: a convolution becomes a GEMM over its input's patches, read in place (implicit im2col).
 
 A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
-w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = C * KH *
-KW and N = Cout. The patches are a strided view of the (padded) input, copied once into a [K, M] matrix by
-a pointwise kernel (the GEMM reads it transposed); the weight is a view of itself ([Cout, K], transposed:
-the GEMM packs it once). The GEMM's result is the output in channels-last order, with the bias as its
-epilogue (fuse_gemm_epilogue); it is copied into eager's contiguous layout by the pointwise kernel of what
-follows (a batch norm's affine, an activation, a residual add), or by a copy of its own. Zero padding is two
-concatenations with zeros (pointwise kernels).
+w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = KH * KW * C
+and N = Cout. With x channels-last and zero-padded, row m's patch is KH * KW runs of C floats, each at a
+constant offset from the patch's corner, so the GEMM kernel reads A straight from the input
+(ir/kernels/gemm.ConvWindow; fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no
+im2col copy is made. The weight becomes the [K, Cout] matrix once per weight version (ir/weights) and is
+packed as any GEMM's B. The GEMM's result is the output in channels-last order, with the bias (a folded
+batch norm's too) as its epilogue; it is copied into eager's layout by the pointwise kernel of what follows
+(the activation, a residual add), or by a copy of its own. Zero padding is concatenations with zeros (row
+kernels, after cat_as_last_dim).
 
 Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
 2 spatial dims, floating x and static shapes becomes
 
-    xp = cat([0, cat([0, x, 0], W), 0], H)                          # only with padding
-    patches = clone(as_strided(xp, [C, KH, KW, N, OH, OW], strides of taps and positions))
-    y = mm(t(view(patches, [K, M])), t(view(w, [Cout, K])))  [+ b]
+    xc = clone(permute(x, [0, 2, 3, 1]))                            # channels-last
+    xp = cat([0, cat([0, xc, 0], W), 0], H)                         # only with padding
+    y = mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w))  [+ b] # one GEMM kernel, patches read in place
     out = clone(permute(view(y, [N, OH, OW, Cout]), [0, 3, 1, 2]))  # conv1d: the same with H = 1
 
-Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason.
+Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
+with the packed schedule: CPU devices.
 
-Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim,
-which makes its zero-padding concatenations row kernels): with explicit im2col copies, zero
-padding as copies and GEMMs well short of the FMA ceiling, a CNN runs slower this way than with oneDNN's
-convolutions in PyTorch (figures in the notes), and a default path must never be slower than eager.
+Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim):
+the layout copies on either side of each convolution and GEMMs short of the FMA ceiling leave a CNN slower
+this way than with oneDNN's convolutions in PyTorch (figures in the notes), and a default path must never be
+slower than eager.
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
-    after:   ... patches [27, 50] ... y = add(mm(patches, t(view(w, [8, 27]))), b) -> [2, 8, 5, 5] (a view)
+    after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]
+             y = add(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), b)     # [50, 8], in one GEMM kernel
+             out = clone(permute(view(y, [2, 5, 5, 8]), [0, 3, 1, 2]))
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from functools import partial
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.kernels import ConvPatches, ConvWindow
 from torchfuser.ir.symbolic import has_symbols
+from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
 from torchfuser.passes.pipeline import register_pass
@@ -98,24 +105,24 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         n, c, h, width = tensor_meta(x).shape
         cout, _, *kernel = tensor_meta(w).shape
         kh, kw = (1, *kernel) if one_d else kernel
-        for dim, pad in ((3, padding[1]), (2, padding[0])):
+        # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
+        # row kernels: cat_as_last_dim)
+        x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 3, 1])),),
+                 {"memory_format": torch.contiguous_format})
+        for dim, pad in ((2, padding[1]), (1, padding[0])):
             if pad:
                 x = constant_pad(graph, x, dim, pad, 0.0)
-        hp, wp = tensor_meta(x).shape[2:]
+        hp, wp = tensor_meta(x).shape[1:3]
         oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        sn, sc, sh, sw = tensor_meta(x).stride()
-        # taps outermost, positions innermost: the copy's rows run along an input row (contiguous at stride 1)
-        windows = call(aten.as_strided.default, (x, [c, kh, kw, n, oh, ow], [
-            sc, sh * dilation[0], sw * dilation[1], sn, sh * stride[0], sw * stride[1]]))
-        patches = call(aten.clone.default, (windows,), {"memory_format": torch.contiguous_format})
-        rows = call(aten.t.default, (call(aten.view.default, (patches, [c * kh * kw, n * oh * ow])),))
-        weight = call(aten.t.default, (call(aten.view.default, (w, [cout, c * kh * kw])),))
-        y = call(aten.mm.default, (rows, weight))
+        window = ConvWindow(n, hp, wp, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+        patches = call(ConvPatches(window), (x,))
+        weight = graph.call_function(ConvWeightAsMatrix(), (w,))
+        weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+        y = call(aten.mm.default, (patches, weight))
         if bias is not None:
             y = call(aten.add.Tensor, (y, bias))
-        out = call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])),
-                                                  [0, 3, 1, 2]))
+        out = call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])), [0, 3, 1, 2]))
         if one_d:
             out = call(aten.squeeze.dim, (out, 2))
         # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.aten import RESHAPES
-from torchfuser.ir.kernels import GemmKernel
+from torchfuser.ir.kernels import ConvPatches, GemmKernel
 from torchfuser.ir.program import Const, ProgramBuilder
 from torchfuser.ir.symbolic import is_symbolic
 from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
@@ -69,6 +69,11 @@ class _Match:
         self.reshape: fx.Node | None = None  # between the GEMM and its chain
         self.chain: list[fx.Node] = []  # absorbed elementwise ops, in graph order (the last is the exit)
         self.extras: list[fx.Node] = []  # their tensor operands other than the chain itself
+        # a: a convolution's patches (conv_as_gemm) that nothing else reads: the kernel reads their input
+        self.patches = self.a if isinstance(self.a.target, ConvPatches) and len(self.a.users) == 1 else None
+        self.window = self.patches.target.window if self.patches is not None else None
+        if self.patches is not None:
+            self.a = self.patches.args[0]
 
     @property
     def source(self) -> fx.Node:
@@ -80,7 +85,8 @@ class _Match:
 
     @property
     def erased(self) -> list[fx.Node]:
-        return [self.gemm] + ([self.reshape] if self.reshape is not None else []) + self.chain
+        patches = [self.patches] if self.patches is not None else []
+        return patches + [self.gemm] + ([self.reshape] if self.reshape is not None else []) + self.chain
 
 
 def _only_user(node: fx.Node) -> fx.Node | None:
@@ -98,7 +104,7 @@ def _match(gemm: fx.Node) -> _Match | str:
         return "the GEMM kernel takes float32 operands only"
     m = _Match(gemm)
     rank = 3 if m.batched else 2
-    if tensor_meta(m.a).dim() != rank or tensor_meta(m.b).dim() != rank:
+    if (m.window is None and tensor_meta(m.a).dim() != rank) or tensor_meta(m.b).dim() != rank:
         return f"operands of rank other than {rank}"
     nxt = _only_user(gemm)
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
@@ -197,7 +203,7 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     for node in m.chain:
         values[node] = lowerer.lower(node)
     epilogue = builder.build([values[last]])
-    fused = insert_fused_node(gm, GemmKernel(epilogue, group), inputs, m.erased, tensor_meta(m.gemm))
+    fused = insert_fused_node(gm, GemmKernel(epilogue, group, m.window), inputs, m.erased, tensor_meta(m.gemm))
     result = fused
     if m.reshape is not None:  # the epilogue ran on the 2-D result: give users the shape they expect
         with graph.inserting_after(fused):

@@ -65,7 +65,8 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) ->
     state = gemm_state(kernel)
     state.limits = gemm_launch.device_limits(device)
     shape_key = kernel.shape_key(inputs)
-    flops = 2 * inputs[0].numel() * inputs[1].shape[-1]
+    m, k, n = kernel.mnk(inputs)
+    flops = 2 * m * k * n * (inputs[0].shape[0] if inputs[0].dim() == 3 else 1)
     record = None
     if search != "off":
         database, key = TuningDatabase(), tuning_key(kernel, inputs)
@@ -99,9 +100,10 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     """Build and check every candidate, then time the correct ones in interleaved rounds (medians): the load
     of a shared machine changes by the second, and sequential timing would hand the win to whichever
     candidate ran in a quiet moment."""
-    m, k, n = inputs[0].shape[-2], inputs[0].shape[-1], inputs[1].shape[-1]
+    m, k, n = kernel.mnk(inputs)
     expected = kernel.reference(*inputs)
-    candidates = candidate_variants(runtime.device, mm_rows(inputs))  # small plain mms: also the rows schedule
+    # small plain mms: also the rows schedule; a convolution's patches: the packed schedule alone
+    candidates = candidate_variants(runtime.device, mm_rows(inputs), kernel.window is not None)
     state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()

@@ -122,20 +122,22 @@ def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVaria
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device, m: int | None = None) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None, window: bool = False) -> list[GemmVariant]:
     """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
-    schedule."""
+    schedule; window: a convolution's implicit patches (the packed schedule only)."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
     found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS[width]]
+    if window:
+        return found
     if m is not None and m <= ROWS_MAX_M:
         found.append(rows_variant(n=32, width=width))  # on the panels of the first packed variant
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
 
 
 def mm_rows(inputs) -> int | None:
-    """M of a plain (2-D) mm, None for a bmm: the rows schedule runs plain mms only."""
+    """M of a plain (2-D) mm, None for a bmm or a convolution's patches: the rows schedule runs plain mms only."""
     return inputs[0].shape[0] if inputs[0].dim() == 2 else None
 
 
@@ -289,8 +291,12 @@ def panel_vector_width() -> int:
 
 def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     a, b, *extras = inputs
-    batch, (m, k), n = _batch(a), a.shape[-2:], b.shape[-1]
+    m, k, n = kernel.mnk(inputs)
+    batch = _batch(a)
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
+    if kernel.window is not None and variant.schedule != "packed":
+        raise ValueError(f"{variant.name}: a convolution's implicit patches are read by the packed schedule (CPU "
+                         "devices) only")
     if variant.schedule == "extern":
         return ExternGemmLaunch.create(kernel, a, b, extras, out_shape)
     if variant.schedule == "rows" and a.dim() != 2:
@@ -304,7 +310,7 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
                     variant.block_n if tiled else 0,
-                    panel_vector_width() if packed or rows else 16)
+                    panel_vector_width() if packed or rows else 16, kernel.window)
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)

@@ -1,4 +1,4 @@
-"""conv_as_gemm: convolutions run as im2col copies and GEMM kernels, numerics as eager."""
+"""conv_as_gemm: convolutions run as GEMM kernels that read their input's patches in place, numerics as eager."""
 
 import pytest
 import torch
@@ -8,6 +8,7 @@ import torchfuser
 from eager_compare import assert_close
 from torchfuser.passes import PIPELINE, unregister_pass
 from torchfuser.passes.conv_as_gemm import NAME, register
+from torchfuser.runtime import gemm_launch
 
 CONV_OPS = ("aten.convolution.default",)
 
@@ -60,6 +61,29 @@ def test_dilation_rectangular_kernels_and_conv1d(conv, shape):
     with torch.no_grad():
         assert_close(out, conv(x))
     assert not [f for f in report.fallbacks if f.op in CONV_OPS]
+
+
+@pytest.mark.parametrize("width,variant", [(w, v) for w, variants in gemm_launch.PACKED_VARIANTS.items()
+                                           for v in variants[:3]])
+def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, variant, monkeypatch, tmp_path):
+    """No im2col copy: the GEMM kernel takes the patches node and reads the padded channels-last input itself;
+    K blocks that end inside a tap's run of channels (C = 37, K = 333) and ragged tiles, every variant."""
+    import torchfuser.runtime.autotune as autotune
+
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: width)
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
+    monkeypatch.setattr(autotune, "candidate_variants",
+                        lambda device, m=None, window=False: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+    conv = nn.Sequential(nn.Conv2d(37, 45, 3, stride=2, padding=1), nn.ReLU()).eval()
+    x = torch.randn(3, 37, 13, 10)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x), rtol=1e-4, atol=1e-4)
+    (gemm,) = [k for k in report.kernels if k.kind == "gemm"]
+    assert any(n.startswith("tf_conv_patches") for n in gemm.nodes) and "window=" in gemm.spec
+    assert not any("as_strided" in n for k in report.kernels for n in k.nodes)
 
 
 def test_channels_last_input_with_specials():

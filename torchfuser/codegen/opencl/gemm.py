@@ -72,16 +72,32 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
-    rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;" for i in range(tm))
+    window = spec.window
+    if window is None:
+        rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;"
+                                for i in range(tm))
+    else:
+        rows = "\n      ".join(_patch_row(spec, i) for i in range(tm))
     # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
     start = "\n      ".join(
         f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
         for i in range(tm) for v in range(vectors))
     load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
+    element = "k * sak" if window is None else "tap + c"
     fmas = "\n        ".join(
-        f"{{ const float{w} a = (float{w})(a{i}[k * sak]); "
+        f"{{ const float{w} a = (float{w})(a{i}[{element}]); "
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
         for i in range(tm))
+    if window is None:
+        k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
+    else:  # K = (kh, kw, c): a run of channels per tap, each tap a constant offset from the patch's corner
+        k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
+                  f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
+                  f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"
+                  f"        const {idx} tap = (kh * {window.dilation_h * window.width} + kw * {window.dilation_w})"
+                  f" * {window.channels};\n"
+                  f"        const {idx} cend = min(({idx}){window.channels}, c0 + (kend - k));\n"
+                  f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
     partial = "\n      ".join(
         f"if (m0 + {i} < M) {{ " + " ".join(f"vstore{w}({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {w * v});"
                                           for v in range(vectors)) + " }"
@@ -108,10 +124,10 @@ __kernel void {spec.kernel_name}(
       {rows}
       {start}
       __global const float* bk = panel + k0 * {tn};
-      for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{
+      {k_loop}
         {load_b}
         {fmas}
-      }}
+      }}{"}" if window is not None else ""}
       if (kend < K) {{
       {partial}
       }} else {{
@@ -121,6 +137,16 @@ __kernel void {spec.kernel_name}(
   }}
 }}
 """
+
+
+def _patch_row(spec: GemmSpec, i: int) -> str:
+    """The corner of row m0 + i's patch in a convolution's padded channels-last input (ConvWindow)."""
+    idx, win = spec.index_type, spec.window
+    per_image = win.out_h * win.out_w
+    return (f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
+            f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * {win.out_w};"
+            f" __global const float* a{i} = A + offA + ((img{i} * {win.height} + oh{i} * {win.stride_h}) * {win.width}"
+            f" + ow{i} * {win.stride_w}) * {win.channels};")
 
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:

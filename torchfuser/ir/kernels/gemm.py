@@ -12,6 +12,61 @@ from torchfuser.ir.program import Program
 
 
 @dataclass(frozen=True)
+class ConvWindow:
+    """A GEMM's A read as the patches of a zero-padded channels-last input [N, H, W, C] (implicit im2col):
+    row m = (n, oh, ow), column k = (kh, kw, c), A[m, k] = x[n, oh * sh + kh * dh, ow * sw + kw * dw, c]. A
+    convolution is then C = A @ B with B its weight as [KH * KW * C, Cout]."""
+
+    batch: int
+    height: int  # of the padded input
+    width: int
+    channels: int
+    out_h: int
+    out_w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    dilation_h: int = 1
+    dilation_w: int = 1
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.out_h * self.out_w
+
+    @property
+    def depth(self) -> int:
+        return self.kernel_h * self.kernel_w * self.channels
+
+    def patches(self, x: torch.Tensor) -> torch.Tensor:
+        """A as a tensor [M, K] (the im2col the kernel never makes) of the contiguous input x."""
+        sn, sh, sw, sc = x.stride()
+        view = x.as_strided((self.batch, self.out_h, self.out_w, self.kernel_h, self.kernel_w, self.channels),
+                            (sn, sh * self.stride_h, sw * self.stride_w, sh * self.dilation_h, sw * self.dilation_w,
+                             sc), x.storage_offset())
+        return view.reshape(self.rows, self.depth)
+
+    def text(self) -> str:
+        return "window=" + ",".join(str(v) for v in vars(self).values())
+
+
+class ConvPatches:
+    """A graph target: the patches of a channels-last input as a matrix [M, K] (an explicit im2col in
+    PyTorch). fuse_gemm_epilogue takes it into the GEMM that reads it, which then reads the input itself."""
+
+    def __init__(self, window: ConvWindow):
+        self.window = window
+        self.__name__ = "tf_conv_patches"
+        self.__module__ = "torchfuser.fused"
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.window.patches(x)
+
+
+@dataclass(frozen=True)
 class GemmSpec(KernelSpec):
     """C[M,N] = epilogue(A[M,K] @ B[K,N], extra...) with arbitrary strides on A, B and the extras.
 
@@ -38,6 +93,7 @@ class GemmSpec(KernelSpec):
     # packed, rows: floats per vector along n, the device's native SIMD width (16 on AVX-512, 8 on AVX2):
     # wider vectors than the registers split in two and the accumulator tile spills
     vector_width: int = 16
+    window: ConvWindow | None = None  # packed: A is the patches of a channels-last input (a convolution)
 
     kind = "gemm"
 
@@ -63,6 +119,8 @@ class GemmSpec(KernelSpec):
                              "1 to 16 rows (tile_m), no K blocks and one row block")
         if self.k_block < 0 or self.row_blocks < 1:
             raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
+        if self.window is not None and self.schedule != "packed":
+            raise ValueError("a convolution's implicit patches are read by the packed schedule only")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
             raise ValueError("epilogue input 0 is the accumulator")
         if len(self.epilogue.outputs) != 1:
@@ -79,7 +137,8 @@ class GemmSpec(KernelSpec):
             f"k_block={self.k_block} row_blocks={self.row_blocks}"
             # only tiled specs carry blocks: the other schedules' key texts stay what they were
             f"{f' block={self.block_m}x{self.block_n}' if self.schedule == 'tiled' else ''}"
-            f"{f' vector={self.vector_width}' if self.vector_width != 16 else ''}\n"
+            f"{f' vector={self.vector_width}' if self.vector_width != 16 else ''}"
+            f"{f' {self.window.text()}' if self.window is not None else ''}\n"
             f"{self.epilogue.text()}"
         )
 
@@ -89,11 +148,21 @@ class GemmKernel(FusedKernel):
 
     kind = "gemm"
 
-    def __init__(self, epilogue: Program, group: int):
+    def __init__(self, epilogue: Program, group: int, window: ConvWindow | None = None):
         super().__init__(group)
         self.epilogue = epilogue
+        self.window = window  # a: a channels-last input whose patches are A (a convolution)
+
+    def mnk(self, inputs) -> tuple:
+        """(M, K, N) of these inputs."""
+        a, b = inputs[0], inputs[1]
+        if self.window is not None:
+            return self.window.rows, self.window.depth, b.shape[-1]
+        return a.shape[-2], a.shape[-1], b.shape[-1]
 
     def reference(self, a, b, *extras):
+        if self.window is not None:
+            a = self.window.patches(a)
         acc = torch.matmul(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
