@@ -171,9 +171,8 @@ def _without_inner_mutations(gm: fx.GraphModule) -> fx.GraphModule:
         mutated = node.args[0] if node.args else None
         if functional is None or not isinstance(mutated, fx.Node) or mutated.op != "call_function":
             continue
-        if not isinstance(mutated.target, torch._ops.OpOverload) or any(
-                r.alias_info is not None for r in mutated.target._schema.returns):
-            continue  # a view or an in-place result: the mutation would reach another tensor
+        if not _fresh(mutated) or any(not _fresh(u) for u in mutated.users if u is not node):
+            continue  # a view or an in-place result, or a view of it: the mutation would reach another tensor
         node.target = functional
         for user in list(mutated.users):
             if user is not node and position[user] > position[node]:
@@ -182,6 +181,12 @@ def _without_inner_mutations(gm: fx.GraphModule) -> fx.GraphModule:
     if rewritten:
         gm.recompile()
     return gm
+
+
+def _fresh(node: fx.Node) -> bool:
+    """The node is an ATen op whose result aliases none of its inputs."""
+    return isinstance(node.target, torch._ops.OpOverload) and not any(
+        r.alias_info is not None for r in node.target._schema.returns)
 
 
 def _functional_form(node: fx.Node):
