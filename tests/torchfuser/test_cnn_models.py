@@ -1,5 +1,6 @@
 """The bench's CNNs end to end against eager: batch norms folded, pooling and activations in kernels; what
-stays in PyTorch is the convolutions alone (OpenCL convolution kernels are not built yet)."""
+stays in PyTorch by default is the convolutions alone (conv_as_gemm, which runs them as GEMM kernels, is
+opt-in: tests/torchfuser/passes/test_conv_as_gemm.py)."""
 
 from collections import Counter
 
