@@ -29,7 +29,8 @@ register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
 # other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
-# (conv_as_gemm, convolutions as im2col + GEMM, is opt-in: torchfuser.passes.conv_as_gemm.register())
+# (opt-in, slower than eager here for now: conv_as_gemm, convolutions as GEMMs over patches read in place, and
+# group_norm_as_layer_norm; torchfuser.passes.<name>.register())
 # siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
 register_pass("merge_sibling_gemms", merge_sibling_gemms.merge_sibling_gemms)
 # attention next: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions
