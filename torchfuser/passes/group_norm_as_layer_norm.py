@@ -14,9 +14,9 @@ Rule: `native_group_norm(x, w, b, N, C, HxW, G, eps)` with a float32, contiguous
 Preconditions: nothing reads the op but getitems. The view needs x contiguous (any other layout stays as
 it is).
 
-Opt-in (`register()` puts it in PIPELINE before batch_norm_as_affine): the per-channel affine is a pointwise
-kernel that reads its [C] operands broadcast along a middle dim, which runs on the scalar row schedule today
-and makes a group norm several times slower than eager's (figures in the notes).
+Opt-in (`register()` puts it in PIPELINE before batch_norm_as_affine): a separate layer-norm kernel and
+per-channel affine kernel (two passes over the data) still leave a group norm slower than eager's (figures
+in the notes).
 
     before:  g = native_group_norm(x, w, b, 2, 8, 9, 4, 1e-05); y = getitem(g, 0)        # x [2, 8, 3, 3]
     after:   r = native_layer_norm(view(x, [2, 4, -1]), [18], None, None, 1e-05)

@@ -19,7 +19,9 @@ import torch
 
 from torchfuser.codegen.opencl.program_c import vectorisable
 from torchfuser.ir.dtypes import TORCH_DTYPES
-from torchfuser.ir.kernels.pointwise import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseKernel, PointwiseSpec
+from torchfuser.ir.kernels.pointwise import (
+    CHANNEL, COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED, PointwiseKernel, PointwiseSpec,
+)
 from torchfuser.ir.layout import (
     broadcast_strides, collapse, contiguous_strides, extent, index_type_for, strides_in_order,
 )
@@ -102,6 +104,8 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
         width = POINTWISE_WIDTHS[kernel.program.output_dtypes[0]]
         if {ROW, COLUMN} & set(layouts) and sizes[-1] % width:
             width = 1  # a vector would straddle two rows
+        if any(layout == CHANNEL and _channel(st, sizes)[0] % width for st, layout in zip(per_input, layouts)):
+            width = 1  # a vector would straddle two channels
     if (STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH
             and kernel.static_last_dim):
         # strided reads (a transpose, a per-channel broadcast, an im2col copy): the flat schedule divides the
@@ -117,6 +121,7 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
     if STRIDED in layouts:
         scalars += [index(s) for s in sizes]
         scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
+    scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == CHANNEL for x in _channel(st, sizes)]
     if kernel.program.indexes_last_dim:  # jlast = (i / inner) % size; remapped reads add position * stride
         last = kernel.order.index(len(shape) - 1)
         scalars += [index(int(np.prod(perm_shape[last + 1:]))), index(shape[-1])]
@@ -175,4 +180,12 @@ def _layout(strides, contiguous) -> str:
         return CONTIGUOUS
     if len(strides) == 2 and strides in ([0, 1], [1, 0]):
         return ROW if strides == [0, 1] else COLUMN
+    if sum(1 for s in strides if s) == 1:
+        return CHANNEL
     return STRIDED
+
+
+def _channel(strides, sizes) -> tuple[int, int, int]:
+    """(elements per step, size, stride) of the one dim a CHANNEL input varies along."""
+    d = next(d for d, s in enumerate(strides) if s)
+    return int(np.prod(sizes[d + 1:])), sizes[d], strides[d]

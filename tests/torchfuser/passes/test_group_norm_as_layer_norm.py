@@ -46,3 +46,17 @@ def test_mean_and_rstd_results_are_group_norms_own():
     torch._dynamo.reset()
     for actual, expected in zip(torchfuser.compile(fn)(x), fn(x)):
         assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("width", [16, 15])
+def test_the_per_channel_affine_reads_its_operands_as_channels(width):
+    """[C] operands broadcast along the middle dim take the CHANNEL layout: vectors where a channel's run
+    holds whole vectors (H * W = 16 * 4), element by element otherwise; values as eager either way."""
+    model = nn.GroupNorm(2, 6).eval()
+    nn.init.normal_(model.weight)
+    x = torch.randn(2, 6, 4, width)
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        assert_close(torchfuser.compile(model)(x), model(x))
+    (affine,) = [k for r in reports for k in r.kernels if k.kind == "pointwise"]
+    assert "channel" in affine.spec and ("vector=16" in affine.spec) == (width == 16)

@@ -2,12 +2,13 @@
 
 Scalar path: each work-item computes `items_per_thread` consecutive elements of the (collapsed,
 output-ordered) iteration space; contiguous inputs index with the linear index, scalar inputs are loaded
-once, row/column broadcasts (a bias, a per-row scale) take i % rowlen or i / rowlen, strided inputs
+once, row/column broadcasts (a bias, a per-row scale) take i % rowlen or i / rowlen, an input that varies
+along one dim only (a per-channel scale of an NCHW tensor) takes (i / inner) % size, strided inputs
 decompose the index into coordinates. A program that indexes the last dim (a cat or slice along it, see
 ir/region.py) computes jlast, the output's last-dim coordinate, and reads remapped inputs at their clamped
 last-dim position times that input's last-dim stride, on top of its other dims. A gathered input (an
 embedding's table) adds its clamped row, the value its index input loaded, times its row stride.
-Vector path (all inputs contiguous or scalar, one floating type): each work-item loads, computes and
+Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each work-item loads, computes and
 stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
 scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
 from torchfuser.codegen.opencl.pointwise_rows import rows_source
 from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
-from torchfuser.ir.kernels.pointwise import COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED
+from torchfuser.ir.kernels.pointwise import CHANNEL, COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED
 from torchfuser.ir.kernels import PointwiseSpec
 
 
@@ -33,6 +34,8 @@ def _parameters(spec: PointwiseSpec) -> list[str]:
     if strided:
         params += [f"const {idx} size{d}" for d in range(spec.ndim)]
         params += [f"const {idx} st{i}_{d}" for i in strided for d in range(spec.ndim)]
+    params += [f"const {idx} chin{i}, const {idx} chsz{i}, const {idx} chst{i}"
+               for i, layout in enumerate(spec.layouts) if layout == CHANNEL]
     if program.indexes_last_dim:
         params += [f"const {idx} lastinner", f"const {idx} lastsize"]
         params += [f"const {idx} lst{i}" for i in range(program.n_inputs) if program.read_of(i)]
@@ -54,6 +57,8 @@ def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
             index = f"off{i} + i % rowlen"
         elif layout == COLUMN:
             index = f"off{i} + i / rowlen"
+        elif layout == CHANNEL:
+            index = f"off{i} + ((i / chin{i}) % chsz{i}) * chst{i}"
         else:
             index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
         if program.read_of(i):
@@ -80,6 +85,8 @@ def _vector_block(spec: PointwiseSpec) -> list[str]:
         value = {
             SCALAR: f"({vtype})(in{i}[off{i}])",
             COLUMN: f"({vtype})(in{i}[off{i} + base / rowlen])",  # rowlen % width == 0: one row per vector
+            # chin % width == 0: one value per vector
+            CHANNEL: f"({vtype})(in{i}[off{i} + ((base / chin{i}) % chsz{i}) * chst{i}])",
             ROW: f"vload{width}(0, in{i} + off{i} + base % rowlen)",
         }.get(layout, f"vload{width}(0, in{i} + off{i} + base)")
         loads.append(f"const {vtype} x{i} = {value};")

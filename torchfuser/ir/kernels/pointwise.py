@@ -24,7 +24,10 @@ SCALAR = "scalar"  # one element broadcast everywhere
 STRIDED = "strided"  # general strides over the collapsed dims
 ROW = "row"  # 2-D iteration [R, C], the input is one row broadcast down (a bias): element i % C
 COLUMN = "col"  # 2-D iteration [R, C], one column broadcast across (a per-row scale): element i / C
-LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED, ROW, COLUMN)
+# one dim of the iteration space, broadcast over the others (a per-channel scale of an NCHW tensor):
+# element ((i / inner) % size) * stride
+CHANNEL = "channel"
+LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED, ROW, COLUMN, CHANNEL)
 
 
 def _short_hash(text: str) -> str:
