@@ -188,13 +188,7 @@ def _split_var_mean(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
     with graph.inserting_before(node):
         var = call_with_value(graph, aten.var.correction, (x, dims), dict(node.kwargs))
         mean = call_with_value(graph, aten.mean.dim, (x, dims if dims is not None else [], keepdim))
-    for part in (var, mean):
-        part.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-    for user in list(node.users):
-        user.replace_all_uses_with(var if user.args[1] == 0 else mean)
-        graph.erase_node(user)
-    graph.erase_node(node)
-    return [var, mean]
+    return _read_through_getitems(graph, node, [var, mean])
 
 
 def _split_values_and_indices(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
@@ -207,13 +201,18 @@ def _split_values_and_indices(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
     with graph.inserting_before(node):
         values = call_with_value(graph, values_op, (x, [dim], keepdim))
         indices = call_with_value(graph, indices_op, (x, dim, keepdim))
-    for part in (values, indices):
+    return _read_through_getitems(graph, node, [values, indices])
+
+
+def _read_through_getitems(graph: fx.Graph, node: fx.Node, parts: list[fx.Node]) -> list[fx.Node]:
+    """Replace a two-result op whose users are all getitems by `parts`, one node per result."""
+    for part in parts:
         part.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     for user in list(node.users):
-        user.replace_all_uses_with(values if user.args[1] == 0 else indices)
+        user.replace_all_uses_with(parts[user.args[1]])
         graph.erase_node(user)
     graph.erase_node(node)
-    return [values, indices]
+    return parts
 
 
 def _other_arguments(node: fx.Node) -> dict:
