@@ -8,8 +8,9 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_last_dim, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
-    fuse_pointwise, fuse_reductions, merge_sibling_gemms, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
+    batch_norm_as_affine, cat_as_last_dim, depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm,
+    fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms, pool_as_windows,
+    reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -23,6 +24,9 @@ register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_b
 # max / average pooling as elementwise max / sum over one strided view per window tap (its padding is
 # concatenations: before cat_as_last_dim, which makes those row kernels)
 register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
+# depthwise convolutions the same way: a per-channel weighted sum of one strided view per tap
+register_pass("depthwise_conv_as_windows", depthwise_conv_as_windows.depthwise_conv_as_windows,
+              handles=depthwise_conv_as_windows.handles)
 # cats along inner dims (a KV cache's append) as cats along the last dim of flattening views: row kernels
 register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 # reductions over any dims as reductions over the last dim of a view, the form fuse_reductions takes

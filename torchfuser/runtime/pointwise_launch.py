@@ -30,6 +30,9 @@ from torchfuser.runtime.launch import Launch
 POINTWISE_GROUP = 64  # work-items per group: 1024 float32 elements on the vector path; PoCL's cost per group
 # is a fifth of the kernel time at 16 items (a 1M-element silu*y+z in the calling thread: 631 us at 16, 526 at 64)
 ROW_GROUP = 16  # rows per group on the row schedule (each item computes a whole row)
+# the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
+# more at most, and no new kernel per size where a stride follows a symbolic size
+MAX_ROW_STEP = 4
 # Elements per vector on the flat schedule, on every device: 16 floats even where a register holds 8 (AVX2),
 # as two registers per vector there ran faster than one (interleaved A/B on Zen 3, 1M elements: gelu(x*w+b)
 # 0.79 vs 0.98 ms, silu(x)*y+z 0.58 vs 0.71 ms); reductions, GEMMs and attention take the native width.
@@ -155,11 +158,12 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str) -> Pointwi
     reach = max([numel] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32
-    spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width)
+    steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
+    spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width, row_steps=steps)
     rows = numel // width
     scalars = [index(rows)] + [index(s) for s in sizes]
     scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
-    scalars += [index(x) for x in last]
+    scalars += [index(x) for x, step in zip(last, steps) if step is None]
     outputs = [(shape, strides_in_order(shape, order), TORCH_DTYPES[d]) for d in program.output_dtypes]
     groups = -(-rows // ROW_GROUP)
     return PointwiseLaunch(spec, (groups * ROW_GROUP,), outputs, scalars, local_size=(ROW_GROUP,))

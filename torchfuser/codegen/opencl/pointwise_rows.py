@@ -26,7 +26,8 @@ def rows_source(spec: PointwiseSpec) -> str:
     params += [f"const {idx} nrows"] + [f"const {idx} size{d}" for d in range(spec.ndim)]
     params += [f"const {idx} st{i}_{d}" for i, layout in enumerate(spec.layouts) if layout != SCALAR
                for d in range(spec.ndim)]
-    params += [f"const {idx} lst{i}" for i in range(program.n_inputs)]
+    steps = spec.row_steps or (None,) * program.n_inputs
+    params += [f"const {idx} lst{i}" for i, step in enumerate(steps) if step is None]
     lines = [f"const {idx} row = ({idx})get_global_id(0);", "if (row >= nrows) return;", f"{idx} rem = row;"]
     for d in range(spec.ndim - 1, 0, -1):
         lines.append(f"const {idx} c{d} = rem % size{d}; rem /= size{d};")
@@ -36,7 +37,7 @@ def rows_source(spec: PointwiseSpec) -> str:
         lines.append(f"const {idx} b{i} = off{i}{' + ' + outer if outer else ''};")
     lines.append(f"const {idx} o = row * {width};")
     for lo, hi in segments(program, width):
-        lines += _segment_loop(program, idx, lo, hi)
+        lines += _segment_loop(program, idx, lo, hi, steps)
     body, params = "\n  ".join(lines), ",\n    ".join(params)
     return f"""{PREAMBLE}{helpers_for([program])}
 __kernel void {spec.kernel_name}(
@@ -98,7 +99,7 @@ def specialise(program: Program, lo: int, hi: int) -> tuple[Program, list[int]]:
     return builder.build([new[v] for v in outputs]), inputs
 
 
-def _segment_loop(program: Program, idx: str, lo: int, hi: int) -> list[str]:
+def _segment_loop(program: Program, idx: str, lo: int, hi: int, steps: tuple) -> list[str]:
     part, inputs = specialise(program, lo, hi)
     loads = []
     for k, i in enumerate(inputs):
@@ -110,7 +111,9 @@ def _segment_loop(program: Program, idx: str, lo: int, hi: int) -> list[str]:
             position = str(min(max(first, 0), read.size - 1))  # clamped all through the segment: constant
         else:
             position = f"({read.offset} + {read.step} * jlast)"
-        loads.append(f"const {C_TYPES[program.input_dtypes[i]]} x{k} = in{i}[b{i} + {position} * lst{i}];")
+        step = f"lst{i}" if steps[i] is None else steps[i]
+        address = f"b{i}" if step == 0 else f"b{i} + {position}" if step == 1 else f"b{i} + {position} * {step}"
+        loads.append(f"const {C_TYPES[program.input_dtypes[i]]} x{k} = in{i}[{address}];")
     body, outputs = program_statements(part, [f"x{k}" for k in range(len(inputs))])
     stores = [f"out{j}[o + jlast] = {name};" for j, name in enumerate(outputs)]
     inner = "\n    ".join(loads + body + stores)

@@ -46,6 +46,10 @@ class PointwiseSpec(KernelSpec):
     # this many elements along the output's last dim per work-item; layouts and ndim then describe the
     # outer dims (SCALAR or STRIDED) and every input also gets its last-dim stride
     row_length: int = 0
+    # row schedule: per input, its step along the last dim where it is a small constant (0: broadcast, 1:
+    # contiguous, a pooling's or convolution's stride), written into the source so that the compiler can hoist
+    # or vectorise the loads; None: a stride passed at launch (one kernel serves every value of it)
+    row_steps: tuple = ()
 
     kind = "pointwise"
 
@@ -60,6 +64,8 @@ class PointwiseSpec(KernelSpec):
             raise ValueError("the vector path needs contiguous or scalar inputs read at the element")
         if self.row_length and (self.vector_width > 1 or set(self.layouts) - {SCALAR, STRIDED}):
             raise ValueError("the row schedule takes scalar or strided outer layouts, no vectors")
+        if self.row_steps and (not self.row_length or len(self.row_steps) != self.program.n_inputs):
+            raise ValueError("row steps: one per input, on the row schedule only")
 
     @property
     def elements_per_item(self) -> int:
@@ -69,7 +75,8 @@ class PointwiseSpec(KernelSpec):
         return (
             f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
             f"items={self.items_per_thread} vector={self.vector_width}"
-            f"{f' rows={self.row_length}' if self.row_length else ''}\n{self.program.text()}"
+            f"{f' rows={self.row_length}' if self.row_length else ''}"
+            f"{f' steps={self.row_steps}' if self.row_steps else ''}\n{self.program.text()}"
         )
 
 
