@@ -7,9 +7,10 @@ constant offset from the patch's corner, so the GEMM kernel reads A straight fro
 (ir/kernels/gemm.ConvWindow; fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no
 im2col copy is made. The weight becomes the [K, Cout] matrix once per weight version (ir/weights) and is
 packed as any GEMM's B. The GEMM's result is the output in channels-last order, with the bias (a folded
-batch norm's too) as its epilogue; it is copied into eager's layout by the pointwise kernel of what follows
-(the activation, a residual add), or by a copy of its own. Zero padding is concatenations with zeros (row
-kernels, after cat_as_last_dim).
+batch norm's too) as its epilogue; the copy into eager's layout written here is dropped again by
+channels_last_between_convs (registered with this pass) wherever only elementwise ops and other
+convolutions read the result. Zero padding is concatenations with zeros (row kernels, after
+cat_as_last_dim).
 
 Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
 2 spatial dims, floating x and static shapes becomes
@@ -22,10 +23,10 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
 with the packed schedule: CPU devices.
 
-Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim):
-the layout copies on either side of each convolution and GEMMs short of the FMA ceiling leave a CNN slower
-this way than with oneDNN's convolutions in PyTorch (figures in the notes), and a default path must never be
-slower than eager.
+Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim,
+with channels_last_between_convs after it): the padding copies and GEMMs short of the FMA ceiling leave
+some CNNs (a conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures in the
+notes), and a default path must never be slower than eager.
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]
@@ -45,15 +46,24 @@ from torchfuser.ir.symbolic import has_symbols
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
-from torchfuser.passes.pipeline import register_pass
+from torchfuser.passes import channels_last_between_convs
+from torchfuser.passes.pipeline import register_pass, unregister_pass
 
 aten = torch.ops.aten
 NAME = "conv_as_gemm"
 
 
 def register() -> None:
-    """Run convolutions as GEMMs from now on (unregister_pass(NAME) undoes it)."""
+    """Run convolutions as GEMMs from now on, their results kept channels-last between them (unregister()
+    undoes it)."""
     register_pass(NAME, conv_as_gemm, after="pool_as_windows", handles=handles)
+    register_pass(channels_last_between_convs.NAME, channels_last_between_convs.channels_last_between_convs,
+                  after=NAME)
+
+
+def unregister() -> None:
+    unregister_pass(channels_last_between_convs.NAME)
+    unregister_pass(NAME)
 
 
 def handles(node: fx.Node) -> bool:

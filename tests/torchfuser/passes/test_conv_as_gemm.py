@@ -6,8 +6,8 @@ import torch.nn as nn
 
 import torchfuser
 from eager_compare import assert_close
-from torchfuser.passes import PIPELINE, unregister_pass
-from torchfuser.passes.conv_as_gemm import NAME, register
+from torchfuser.passes import PIPELINE
+from torchfuser.passes.conv_as_gemm import NAME, register, unregister
 from torchfuser.runtime import gemm_launch
 
 CONV_OPS = ("aten.convolution.default",)
@@ -18,7 +18,7 @@ def conv_pass():
     """The pass is opt-in: registered for these tests only."""
     register()
     yield
-    unregister_pass(NAME)
+    unregister()
 
 
 def test_opt_in_places_the_pass_after_folding_and_before_the_concatenation_and_gemm_passes():

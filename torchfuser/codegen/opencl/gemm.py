@@ -90,7 +90,14 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         for i in range(tm))
     if window is None:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
-    else:  # K = (kh, kw, c): a run of channels per tap, each tap a constant offset from the patch's corner
+    elif window.dilation_w == 1:  # K = (kh, kw, c): a kernel row's taps are one run of KW * C floats
+        run = window.kernel_w * window.channels
+        k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
+                  f"        const {idx} kh = k / {run}, c0 = k - kh * {run};\n"
+                  f"        const {idx} tap = kh * {window.dilation_h * window.width * window.channels};\n"
+                  f"        const {idx} cend = min(({idx}){run}, c0 + (kend - k));\n"
+                  f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
+    else:  # K = (kh, kw, c): a run of C channels per tap, each tap a constant offset from the patch's corner
         k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
                   f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
                   f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"

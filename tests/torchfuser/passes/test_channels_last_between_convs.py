@@ -1,0 +1,86 @@
+"""channels_last_between_convs (registered with conv_as_gemm): values between convolutions stay channels-last,
+eager's layout at the graph's edges; numerics and output strides as eager."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchfuser
+from eager_compare import assert_close
+from torchfuser.passes import PIPELINE
+from torchfuser.passes.channels_last_between_convs import NAME
+from torchfuser.passes.conv_as_gemm import NAME as CONV_AS_GEMM
+from torchfuser.passes.conv_as_gemm import register, unregister
+
+
+@pytest.fixture(autouse=True)
+def conv_pass():
+    register()
+    yield
+    unregister()
+
+
+def compiled(model, x):
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        out = torchfuser.compile(model)(x)
+    return out, {p.name: p.stats for p in reports[-1].passes}[NAME], reports[-1]
+
+
+class Block(nn.Module):
+    """A ResNet basic block and what follows it: pooling windows, a flatten."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.conv1, self.conv2 = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(c).eval()
+        self.norm.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.stem(x)), 3, 2, 1)
+        z = torch.relu(self.norm(self.conv2(torch.relu(self.conv1(x)))) + self.conv1(x))
+        return z.mean((-1, -2)), z.flatten(1)
+
+
+def test_registered_right_after_conv_as_gemm_and_removed_with_it():
+    assert PIPELINE.index(NAME) == PIPELINE.index(CONV_AS_GEMM) + 1
+    unregister()
+    assert NAME not in PIPELINE and CONV_AS_GEMM not in PIPELINE
+    register()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_block_keeps_channels_last_inside_and_eager_layout_outside(layout):
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 3, 11, 13)
+    x[0, 1, 2, 3] = float("nan")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    (pooled, flat), stats, report = compiled(model, x)
+    with torch.no_grad():
+        expected_pooled, expected_flat = model(x)
+    assert_close(pooled, expected_pooled)
+    assert_close(flat, expected_flat)
+    assert flat.stride() == expected_flat.stride()
+    # gone: the copies back to NCHW after each of the four convolutions, and the copy into NHWC of conv2's
+    # input (a ReLU of conv1's result); the stem's pooling windows are concatenations with contiguous padding,
+    # so conv1 reads an NCHW value and copies it; one copy back serves the mean and the flatten
+    assert stats["copies_dropped"] == 5
+    assert stats["copies_back"] == 1
+    assert [f.op for f in report.fallbacks] == []
+
+
+def test_result_of_a_convolution_returned_as_is_has_eager_strides():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 5, 3, padding=1).eval()
+    model = lambda x: torch.relu(conv(x))  # noqa: E731
+    x = torch.randn(2, 4, 7, 9)
+    out, stats, _ = compiled(model, x)
+    with torch.no_grad():
+        expected = model(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert stats["copies_back"] == 1

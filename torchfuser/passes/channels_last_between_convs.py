@@ -1,0 +1,124 @@
+"""channels_last_between_convs: values between convolutions stay channels-last; eager's layout only at the edges.
+
+conv_as_gemm computes a convolution channels-last (its GEMM's rows are output positions, its columns
+channels) and copies the result back into eager's NCHW layout; the next convolution copies its input into
+channels-last again. Between two convolutions there are only elementwise ops (a bias, an activation, a
+residual add) and pooling windows, which compute in whatever layout their inputs have, so both copies are
+waste. This pass drops the copy back, keeps the NCHW-shaped channels-last view, and recomputes the fake
+value of every op that follows the layout (elementwise ops, slices, concatenations, permutes): their outputs
+are channels-last too (TensorIterator's rule: an output follows its inputs' memory order), and so are the
+kernels fuse_pointwise makes of them. A convolution whose input is such a value reads it as it lies (the
+permute to NHWC is then contiguous and its copy is dropped). Any other reader (a view that needs eager's
+strides, a reduction, the graph's output) gets one copy back to eager's layout, made once per value.
+
+Rule, with conv_as_gemm's forms:
+
+    y = clone(permute(view(mm(...), [N, OH, OW, C]), [0, 3, 1, 2]))      ->  y = permute(view(...))
+    z = relu(y + b)                                                      ->  z channels-last
+    x2 = clone(permute(z, [0, 2, 3, 1]))                                 ->  x2 = permute(z, [0, 2, 3, 1])
+    out = view(z, [N, -1])                                               ->  view(clone(z, contiguous), ...)
+
+Preconditions: runs right after conv_as_gemm (registered with it, opt-in), on static shapes; a recomputed
+value must keep its shape and dtype, else the reader is treated as any other.
+
+    before:  c1 = clone(permute(...)); r = relu(c1); x2 = clone(permute(r, [0, 2, 3, 1])); ... 4 copies
+    after:   c1 = permute(...); r = relu(c1); x2 = permute(r, [0, 2, 3, 1])                  ... 2 copies
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
+from torchfuser.passes.base import PassResult, count_ops
+
+aten = torch.ops.aten
+NAME = "channels_last_between_convs"
+TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+# ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on
+FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default}
+
+
+def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    graph = gm.graph
+    last: set[fx.Node] = set()  # values now NCHW-shaped over channels-last memory
+    entered: set[fx.Node] = set()  # NHWC permutes of such values: contiguous already
+    copies_back: dict[fx.Node, fx.Node] = {}
+    dropped = 0
+    for node in list(graph.nodes):
+        if _copy_of(node, TO_NCHW) is not None:
+            view = node.args[0]
+            node.replace_all_uses_with(view)
+            graph.erase_node(node)
+            last.add(view)
+            dropped += 1
+        elif node.args and isinstance(node.args[0], fx.Node) and node.args[0] in entered and _copy_of(node, TO_NHWC):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+            dropped += 1
+        elif any(a in last for a in node.all_input_nodes):
+            value = _recomputed(node) if node.op == "call_function" and node.target in FOLLOWS_LAYOUT else None
+            if value is None:
+                for a in [a for a in node.all_input_nodes if a in last]:
+                    node.replace_input_with(a, _copy_back(graph, a, copies_back))
+                continue
+            node.meta["val"] = value
+            if node.target is aten.permute.default and list(node.args[1]) == TO_NHWC and value.is_contiguous():
+                entered.add(node)
+            elif _channels_last(value):
+                last.add(node)
+    if dropped or copies_back:
+        graph.lint()
+        gm.recompile()
+    return PassResult(gm, dropped > 0, {"copies_dropped": dropped, "copies_back": len(copies_back),
+                                        "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def _copy_of(node: fx.Node, order: list[int]) -> fx.Node | None:
+    """The permuted value a contiguous clone of `permute(value, order)` copies, else None."""
+    if node.op != "call_function" or node.target is not aten.clone.default:
+        return None
+    source = node.args[0]
+    if (isinstance(source, fx.Node) and source.target is aten.permute.default and list(source.args[1]) == order
+            and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format):
+        return source.args[0]
+    return None
+
+
+def _recomputed(node: fx.Node) -> torch.Tensor | None:
+    """The node's fake value from its operands' current ones; None where it fails or changes shape or dtype."""
+    old = tensor_meta(node)
+
+    def value(a):
+        if isinstance(a, fx.Node):
+            return a.meta["val"]
+        return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
+
+    try:
+        new = node.target(*[value(a) for a in node.args], **{k: value(v) for k, v in node.kwargs.items()})
+    except Exception:  # noqa: BLE001 - an op that cannot take the new layout is simply not followed
+        return None
+    if old is None or not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+        return None
+    return new
+
+
+def _channels_last(value: torch.Tensor) -> bool:
+    """A 4-d value whose channels are innermost in memory (a view of channels-last memory counts)."""
+    if value.dim() != 4 or value.shape[1] == 1:
+        return False
+    strides = value.stride()
+    return strides[1] < min(strides[2], strides[3], strides[0])
+
+
+def _copy_back(graph: fx.Graph, value: fx.Node, made: dict) -> fx.Node:
+    """`value` in eager's (contiguous) layout: one copy per value, right after it."""
+    copy = made.get(value)
+    if copy is None:
+        with graph.inserting_after(value):
+            copy = graph.call_function(aten.clone.default, (value,), {"memory_format": torch.contiguous_format})
+        copy.meta["val"] = value.meta["val"].clone(memory_format=torch.contiguous_format)
+        made[value] = copy
+    return copy
