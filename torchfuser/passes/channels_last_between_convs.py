@@ -5,9 +5,10 @@ channels) and copies the result back into eager's NCHW layout; the next convolut
 channels-last again. Between two convolutions there are only elementwise ops (a bias, an activation, a
 residual add) and pooling windows, which compute in whatever layout their inputs have, so both copies are
 waste. This pass drops the copy back, keeps the NCHW-shaped channels-last view, and recomputes the fake
-value of every op that follows the layout (elementwise ops, slices, concatenations, permutes): their outputs
-are channels-last too (TensorIterator's rule: an output follows its inputs' memory order), and so are the
-kernels fuse_pointwise makes of them. A convolution whose input is such a value reads it as it lies (the
+value of every op that follows the layout (elementwise ops, slices, permutes): their outputs are
+channels-last too (TensorIterator's rule: an output follows its inputs' memory order), and so are the
+kernels fuse_pointwise makes of them. A concatenation (a pooling's or the next convolution's zero padding)
+becomes the concatenation of the NHWC views, viewed back, which cat_as_last_dim makes a row copy. A convolution whose input is such a value reads it as it lies (the
 permute to NHWC is then contiguous and its copy is dropped). Any other reader (a view that needs eager's
 strides, a reduction, the graph's output) gets one copy back to eager's layout, made once per value.
 
@@ -16,6 +17,7 @@ Rule, with conv_as_gemm's forms:
     y = clone(permute(view(mm(...), [N, OH, OW, C]), [0, 3, 1, 2]))      ->  y = permute(view(...))
     z = relu(y + b)                                                      ->  z channels-last
     x2 = clone(permute(z, [0, 2, 3, 1]))                                 ->  x2 = permute(z, [0, 2, 3, 1])
+    p = cat([0, z, 0], 3)                           ->  p = permute(cat([0, permute(z, [0, 2, 3, 1]), 0], 2), [0, 3, 1, 2])
     out = view(z, [N, -1])                                               ->  view(clone(z, contiguous), ...)
 
 Preconditions: runs right after conv_as_gemm (registered with it, opt-in), on static shapes; a recomputed
@@ -27,11 +29,13 @@ value must keep its shape and dtype, else the reader is treated as any other.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.fx as fx
 
 from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
-from torchfuser.passes.base import PassResult, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
 aten = torch.ops.aten
 NAME = "channels_last_between_convs"
@@ -46,7 +50,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     last: set[fx.Node] = set()  # values now NCHW-shaped over channels-last memory
     entered: set[fx.Node] = set()  # NHWC permutes of such values: contiguous already
     copies_back: dict[fx.Node, fx.Node] = {}
-    dropped = 0
+    dropped = cats = 0
     for node in list(graph.nodes):
         if _copy_of(node, TO_NCHW) is not None:
             view = node.args[0]
@@ -59,6 +63,9 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
             graph.erase_node(node)
             dropped += 1
         elif any(a in last for a in node.all_input_nodes):
+            if node.target is aten.cat.default and _cat_in_nhwc(graph, node, last):
+                cats += 1
+                continue
             value = _recomputed(node) if node.op == "call_function" and node.target in FOLLOWS_LAYOUT else None
             if value is None:
                 for a in [a for a in node.all_input_nodes if a in last]:
@@ -69,11 +76,38 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
                 entered.add(node)
             elif _channels_last(value):
                 last.add(node)
-    if dropped or copies_back:
+    if dropped or copies_back or cats:
         graph.lint()
         gm.recompile()
     return PassResult(gm, dropped > 0, {"copies_dropped": dropped, "copies_back": len(copies_back),
-                                        "nodes_before": before, "nodes_after": count_ops(gm)})
+                                        "cats_in_nhwc": cats, "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
+    """A cat of channels-last values and padding constants (a pooling's or convolution's padding) as the cat of
+    their NHWC views, viewed back: cat_as_last_dim then makes it a row copy along NHWC memory. Instead, the
+    cat of NCHW dims would either walk channels-last memory through strides or make an NCHW result."""
+    parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    if not all(p in last or p.target is aten.full.default for p in parts) or tensor_meta(node).dim() != 4:
+        return False
+    call = partial(call_with_value, graph)
+    with graph.inserting_before(node):
+        nhwc = []
+        for p in parts:
+            if p in last:
+                nhwc.append(call(aten.permute.default, (p, TO_NHWC)))
+            else:  # the constant made at the NHWC shape
+                shape = [tensor_meta(p).shape[d] for d in TO_NHWC]
+                fill = graph.call_function(aten.full.default, (shape, p.args[1]), dict(p.kwargs))
+                fill.meta["val"] = tensor_meta(p).new_full(shape, p.args[1])
+                nhwc.append(fill)
+        joined = call(aten.cat.default, (nhwc, TO_NHWC.index(dim % 4)))
+        view = call(aten.permute.default, (joined, TO_NCHW))
+    view.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(view)
+    graph.erase_node(node)
+    last.add(view)
+    return True
 
 
 def _copy_of(node: fx.Node, order: list[int]) -> fx.Node | None:
