@@ -39,7 +39,8 @@ from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
 aten = torch.ops.aten
 NAME = "channels_last_between_convs"
-TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+LAYOUT_EXIT = "torchfuser_channels_last_exit"  # node.meta key: conv_as_gemm's copy of its result to eager's layout
+TO_NCHW, TO_NHWC, SWAP_NCL = [0, 3, 1, 2], [0, 2, 3, 1], [0, 2, 1]  # conv1d: [N, C, L] <-> [N, L, C]
 # ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on
 FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default}
 
@@ -47,21 +48,27 @@ FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, at
 def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     before = count_ops(gm)
     graph = gm.graph
-    last: set[fx.Node] = set()  # values now NCHW-shaped over channels-last memory
-    entered: set[fx.Node] = set()  # NHWC permutes of such values: contiguous already
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    eager_strides = {a: tensor_meta(a).stride() for a in output.all_input_nodes if tensor_meta(a) is not None}
+    last: set[fx.Node] = set()  # values now NCHW-shaped (conv1d: NCL) over channels-last memory
+    entered: set[fx.Node] = set()  # NHWC (NLC) permutes of such values: contiguous already
     copies_back: dict[fx.Node, fx.Node] = {}
     dropped = cats = 0
     for node in list(graph.nodes):
-        if _copy_of(node, TO_NCHW) is not None:
+        if node.meta.get(LAYOUT_EXIT) and _channels_last(tensor_meta(node.args[0])):
             view = node.args[0]
             node.replace_all_uses_with(view)
             graph.erase_node(node)
             last.add(view)
             dropped += 1
-        elif node.args and isinstance(node.args[0], fx.Node) and node.args[0] in entered and _copy_of(node, TO_NHWC):
+        elif _entry_copy(node, entered):
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
             dropped += 1
+        elif node is output:
+            for a in [a for a in node.all_input_nodes if a in last]:
+                node.replace_input_with(a, _copy_back(graph, a, copies_back))
+            _keep_eager_strides(graph, node, eager_strides)
         elif any(a in last for a in node.all_input_nodes):
             if node.target is aten.cat.default and _cat_in_nhwc(graph, node, last):
                 cats += 1
@@ -72,7 +79,8 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
                     node.replace_input_with(a, _copy_back(graph, a, copies_back))
                 continue
             node.meta["val"] = value
-            if node.target is aten.permute.default and list(node.args[1]) == TO_NHWC and value.is_contiguous():
+            if (node.target is aten.permute.default and list(node.args[1]) in (TO_NHWC, SWAP_NCL)
+                    and value.is_contiguous()):
                 entered.add(node)
             elif _channels_last(value):
                 last.add(node)
@@ -81,6 +89,27 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
         gm.recompile()
     return PassResult(gm, dropped > 0, {"copies_dropped": dropped, "copies_back": len(copies_back),
                                         "cats_in_nhwc": cats, "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def _entry_copy(node: fx.Node, entered: set) -> bool:
+    """A contiguous clone of a permute that is contiguous already (a convolution's copy of its input)."""
+    return (node.op == "call_function" and node.target is aten.clone.default and node.args[0] in entered
+            and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format)
+
+
+def _keep_eager_strides(graph: fx.Graph, output: fx.Node, eager_strides: dict) -> None:
+    """A graph output whose strides changed otherwise (a permute of a channels-last value) is copied into
+    eager's memory order: conv1d's result transposed to [N, L, C] stays a transposed view, as eager's is."""
+    for a, strides in eager_strides.items():
+        value = tensor_meta(a)
+        if a not in output.all_input_nodes or value.stride() == strides:
+            continue
+        order = sorted(range(value.dim()), key=lambda d: -strides[d])  # eager's memory order, outermost first
+        with graph.inserting_before(output):
+            moved = call_with_value(graph, aten.permute.default, (a, order))
+            copied = call_with_value(graph, aten.clone.default, (moved,), {"memory_format": torch.contiguous_format})
+            back = call_with_value(graph, aten.permute.default, (copied, [order.index(d) for d in range(len(order))]))
+        output.replace_input_with(a, back)
 
 
 def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
@@ -110,17 +139,6 @@ def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
     return True
 
 
-def _copy_of(node: fx.Node, order: list[int]) -> fx.Node | None:
-    """The permuted value a contiguous clone of `permute(value, order)` copies, else None."""
-    if node.op != "call_function" or node.target is not aten.clone.default:
-        return None
-    source = node.args[0]
-    if (isinstance(source, fx.Node) and source.target is aten.permute.default and list(source.args[1]) == order
-            and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format):
-        return source.args[0]
-    return None
-
-
 def _recomputed(node: fx.Node) -> torch.Tensor | None:
     """The node's fake value from its operands' current ones; None where it fails or changes shape or dtype."""
     old = tensor_meta(node)
@@ -139,12 +157,12 @@ def _recomputed(node: fx.Node) -> torch.Tensor | None:
     return new
 
 
-def _channels_last(value: torch.Tensor) -> bool:
-    """A 4-d value whose channels are innermost in memory (a view of channels-last memory counts)."""
-    if value.dim() != 4 or value.shape[1] == 1:
+def _channels_last(value: torch.Tensor | None) -> bool:
+    """A 3-d or 4-d value whose channels (dim 1) are innermost in memory (views of such memory count)."""
+    if value is None or value.dim() not in (3, 4) or value.shape[1] == 1:
         return False
     strides = value.stride()
-    return strides[1] < min(strides[2], strides[3], strides[0])
+    return strides[1] < min(s for d, s in enumerate(strides) if d != 1)
 
 
 def _copy_back(graph: fx.Graph, value: fx.Node, made: dict) -> fx.Node:

@@ -110,15 +110,15 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
     if one_d:  # conv1d as conv2d over [N, C, 1, L]
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     with graph.inserting_before(node):
+        # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
+        # row kernels: cat_as_last_dim); conv1d's [N, L, C] as [N, 1, L, C]
+        x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 1] if one_d else [0, 2, 3, 1])),),
+                 {"memory_format": torch.contiguous_format})
         if one_d:
-            x = call(aten.unsqueeze.default, (x, 2))
-        n, c, h, width = tensor_meta(x).shape
+            x = call(aten.unsqueeze.default, (x, 1))
+        n, h, width, c = tensor_meta(x).shape
         cout, _, *kernel = tensor_meta(w).shape
         kh, kw = (1, *kernel) if one_d else kernel
-        # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
-        # row kernels: cat_as_last_dim)
-        x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 3, 1])),),
-                 {"memory_format": torch.contiguous_format})
         for dim, pad in ((2, padding[1]), (1, padding[0])):
             if pad:
                 x = constant_pad(graph, x, dim, pad, 0.0)
@@ -132,11 +132,12 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         y = call(aten.mm.default, (patches, weight))
         if bias is not None:
             y = call(aten.add.Tensor, (y, bias))
-        out = call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])), [0, 3, 1, 2]))
-        if one_d:
-            out = call(aten.squeeze.dim, (out, 2))
-        # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows
+        out = (call(aten.permute.default, (call(aten.view.default, (y, [n, ow, cout])), [0, 2, 1])) if one_d else
+               call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])), [0, 3, 1, 2])))
+        # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows, and
+        # channels_last_between_convs drops it where only elementwise ops and convolutions read the result
         out = call(aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
+        out.meta[channels_last_between_convs.LAYOUT_EXIT] = True
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)

@@ -85,3 +85,19 @@ def test_result_of_a_convolution_returned_as_is_has_eager_strides():
     assert_close(out, expected)
     assert out.stride() == expected.stride()
     assert stats["copies_back"] == 1
+
+
+def test_conv1d_stack_stays_nlc_and_its_transposed_result_has_eager_strides():
+    """Whisper's front-end: conv1d, GELU, conv1d, GELU, transpose(1, 2); the transposed result is [N, L, C]
+    memory in eager, a transposed view of the NCL result."""
+    torch.manual_seed(0)
+    conv1, conv2 = nn.Conv1d(8, 12, 3, padding=1).eval(), nn.Conv1d(12, 12, 3, stride=2, padding=1).eval()
+    model = lambda x: F.gelu(conv2(F.gelu(conv1(x)))).transpose(1, 2)  # noqa: E731
+    x = torch.randn(2, 8, 23)
+    out, stats, report = compiled(model, x)
+    with torch.no_grad():
+        expected = model(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert stats["copies_dropped"] == 3  # both results' copies to NCL, conv2's copy of its input to NLC
+    assert report.fallbacks == []
