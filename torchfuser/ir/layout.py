@@ -66,3 +66,12 @@ def is_dense(shape, stride, order) -> bool:
     return len(stride) == len(shape) and all(
         shape[d] == 1 or stride[d] == s for d, s in zip(range(len(shape)), strides_in_order(shape, order))
     )
+
+
+def channels_innermost(value) -> bool:
+    """A 3-d or 4-d tensor whose channels (dim 1) are innermost in memory: channels-last NCHW or NLC memory
+    of an NCL tensor, or a view of such memory."""
+    if value is None or value.dim() not in (3, 4) or value.shape[1] == 1:
+        return False
+    strides = value.stride()
+    return strides[1] < min(s for d, s in enumerate(strides) if d != 1)

@@ -34,6 +34,7 @@ from functools import partial
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.layout import channels_innermost
 from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
@@ -41,8 +42,10 @@ aten = torch.ops.aten
 NAME = "channels_last_between_convs"
 LAYOUT_EXIT = "torchfuser_channels_last_exit"  # node.meta key: conv_as_gemm's copy of its result to eager's layout
 TO_NCHW, TO_NHWC, SWAP_NCL = [0, 3, 1, 2], [0, 2, 3, 1], [0, 2, 1]  # conv1d: [N, C, L] <-> [N, L, C]
-# ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on
-FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default}
+# ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on; a
+# convolution left to PyTorch or to depthwise_conv_as_windows reads channels-last as it lies and writes it too
+FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default,
+                                        aten.convolution.default}
 
 
 def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
@@ -55,7 +58,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     copies_back: dict[fx.Node, fx.Node] = {}
     dropped = cats = 0
     for node in list(graph.nodes):
-        if node.meta.get(LAYOUT_EXIT) and _channels_last(tensor_meta(node.args[0])):
+        if node.meta.get(LAYOUT_EXIT) and channels_innermost(tensor_meta(node.args[0])):
             view = node.args[0]
             node.replace_all_uses_with(view)
             graph.erase_node(node)
@@ -82,7 +85,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
             if (node.target is aten.permute.default and list(node.args[1]) in (TO_NHWC, SWAP_NCL)
                     and value.is_contiguous()):
                 entered.add(node)
-            elif _channels_last(value):
+            elif channels_innermost(value):
                 last.add(node)
     if dropped or copies_back or cats:
         graph.lint()
@@ -155,14 +158,6 @@ def _recomputed(node: fx.Node) -> torch.Tensor | None:
     if old is None or not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
         return None
     return new
-
-
-def _channels_last(value: torch.Tensor | None) -> bool:
-    """A 3-d or 4-d value whose channels (dim 1) are innermost in memory (views of such memory count)."""
-    if value is None or value.dim() not in (3, 4) or value.shape[1] == 1:
-        return False
-    strides = value.stride()
-    return strides[1] < min(s for d, s in enumerate(strides) if d != 1)
 
 
 def _copy_back(graph: fx.Graph, value: fx.Node, made: dict) -> fx.Node:

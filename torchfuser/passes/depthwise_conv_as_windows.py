@@ -15,10 +15,14 @@ C, *S] (1 or 2 spatial dims), w [C, 1, *K] and at most MAX_TAPS taps becomes
     tap(i, j) = xp[..., i*d0 : i*d0 + s0*(OH-1) + 1 : s0, j*d1 : j*d1 + s1*(OW-1) + 1 : s1]
     y = tap(0, 0) * w[:, 0, 0, 0, None, None] + tap(0, 1) * w[:, 0, 0, 1, None, None] + ... [+ b[:, None, None]]
 
-Preconditions: floating x and w of one dtype, static sizes, stride 1, at most MAX_TAPS taps. Strided and
-larger windows, depth multipliers (C_out a multiple of C), other grouped, transposed and 3-d convolutions stay
-in PyTorch, with the reason. Runs after fold_batch_norm, so a batch norm after the convolution is in w and b
-already.
+An input whose channels are innermost in memory (channels-last, as between conv_as_gemm's convolutions) is
+summed over its NHWC view instead: each tap's run of channels is contiguous and its weights are row t of w
+as a [KH * KW, C] matrix (made once per weight version), broadcast along it; the result is viewed back.
+
+Preconditions: floating x and w of one dtype, static sizes, at most MAX_TAPS taps, stride 1 where x is NCHW.
+Larger windows, strided ones over NCHW, depth multipliers (C_out a multiple of C), other grouped, transposed
+and 3-d convolutions stay in PyTorch, with the reason. Runs after fold_batch_norm, so a batch norm after the
+convolution is in w and b already.
 
     before:  y = convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 192)   # x [4, 192, 56, 56]
     after:   xp = cat(... 0 ...); y = add(... 9 products of a slice of xp and a select of w ...)
@@ -32,7 +36,9 @@ from functools import partial
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.layout import channels_innermost
 from torchfuser.ir.symbolic import has_symbols
+from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
 
@@ -86,8 +92,8 @@ def _problem(node: fx.Node) -> str | None:
         return f"a grouped convolution with {what} (depthwise with one output per channel is lowered)"
     if math.prod(w.shape[2:]) > MAX_TAPS:
         return f"a depthwise convolution of more than {MAX_TAPS} taps (slower as windows than in PyTorch)"
-    if any(s != 1 for s in node.args[3]):
-        return "a strided depthwise convolution (slower as windows than in PyTorch)"
+    if any(s != 1 for s in node.args[3]) and not channels_innermost(x):
+        return "a strided depthwise convolution of an NCHW input (slower as windows than in PyTorch)"
     return None
 
 
@@ -96,30 +102,47 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
     x, w, bias, stride, padding, dilation = node.args[:6]
     spatial = tensor_meta(x).dim() - 2
     kernel, out_sizes = tensor_meta(w).shape[2:], tensor_meta(node).shape[2:]
-    dims = list(range(-spatial, 0))
+    # channels-last memory (between conv_as_gemm's convolutions): the sum is made over the NHWC view, where a
+    # tap's run of channels is contiguous and the weights broadcast along it; else over NCHW
+    nhwc = channels_innermost(tensor_meta(x))
+    to_nhwc = [0, *range(2, spatial + 2), 1]
+    dims = list(range(1, spatial + 1)) if nhwc else list(range(-spatial, 0))
     with graph.inserting_before(node):
+        if nhwc:
+            x = call(aten.permute.default, (x, to_nhwc))
         for dim, pad in zip(reversed(dims), reversed(padding)):
             if pad:
                 x = constant_pad(graph, x, dim, pad, 0.0)
-        per_channel = call(aten.select.int, (w, 1, 0))  # [C, *K]
+        if nhwc:  # per tap a contiguous run of C weights: [KH * KW, C], made once per weight version
+            per_tap = graph.call_function(ConvWeightAsMatrix(), (w,))
+            per_tap.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+        else:
+            per_channel = call(aten.select.int, (w, 1, 0))  # [C, *K]
         y = None
-        for taps in _taps(kernel):
-            view, weight = x, per_channel
+        for number, taps in enumerate(_taps(kernel)):
+            view, weight = x, None if nhwc else per_channel
             for dim, tap, step, dilate, count in zip(dims, taps, stride, dilation, out_sizes):
                 start = tap * dilate
                 view = call(aten.slice.Tensor, (view, dim, start, start + step * (count - 1) + 1, step))
-                weight = call(aten.select.int, (weight, 1, tap))
-            for _ in dims:  # [C] -> [C, 1(, 1)]: broadcast over the output's positions
-                weight = call(aten.unsqueeze.default, (weight, -1))
+                if not nhwc:
+                    weight = call(aten.select.int, (weight, 1, tap))
+            weight = call(aten.select.int, (per_tap, 0, number)) if nhwc else _per_channel(call, weight, spatial)
             term = call(aten.mul.Tensor, (view, weight))
             y = term if y is None else call(aten.add.Tensor, (y, term))
         if bias is not None:
-            for _ in dims:
-                bias = call(aten.unsqueeze.default, (bias, -1))
-            y = call(aten.add.Tensor, (y, bias))
+            y = call(aten.add.Tensor, (y, bias if nhwc else _per_channel(call, bias, spatial)))
+        if nhwc:
+            y = call(aten.permute.default, (y, [to_nhwc.index(d) for d in range(spatial + 2)]))
     y.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(y)
     graph.erase_node(node)
+
+
+def _per_channel(call, value: fx.Node, spatial: int) -> fx.Node:
+    """[C] -> [C, 1(, 1)]: broadcast over an NCHW output's positions."""
+    for _ in range(spatial):
+        value = call(aten.unsqueeze.default, (value, -1))
+    return value
 
 
 def _taps(kernel) -> list[tuple[int, ...]]:

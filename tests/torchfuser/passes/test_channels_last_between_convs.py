@@ -101,3 +101,23 @@ def test_conv1d_stack_stays_nlc_and_its_transposed_result_has_eager_strides():
     assert out.stride() == expected.stride()
     assert stats["copies_dropped"] == 3  # both results' copies to NCL, conv2's copy of its input to NLC
     assert report.fallbacks == []
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_convolution_between_gemm_convolutions_sums_its_taps_in_nhwc(stride):
+    """MobileNetV2's block: its depthwise convolution reads the expansion's channels-last result as an NHWC
+    view (depthwise_conv_as_windows), strided too, and the projection reads the sum's result in place."""
+    torch.manual_seed(0)
+    hidden = 12
+    body = nn.Sequential(nn.Conv2d(4, hidden, 1), nn.ReLU6(), nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden),
+                         nn.ReLU6(), nn.Conv2d(hidden, 4, 1)).eval()
+    x = torch.randn(2, 4, 9, 11)
+    out, stats, report = compiled(body, x)
+    with torch.no_grad():
+        expected = body(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert report.fallbacks == []
+    depthwise = {p.name: p.stats for p in report.passes}["depthwise_conv_as_windows"]
+    assert depthwise["convolutions"] == 1
+    assert stats["copies_dropped"] == 3  # the expansion's and projection's copies back, the projection's copy in
