@@ -42,6 +42,7 @@ aten = torch.ops.aten
 NAME = "channels_last_between_convs"
 LAYOUT_EXIT = "torchfuser_channels_last_exit"  # node.meta key: conv_as_gemm's copy of its result to eager's layout
 TO_NCHW, TO_NHWC, SWAP_NCL = [0, 3, 1, 2], [0, 2, 3, 1], [0, 2, 1]  # conv1d: [N, C, L] <-> [N, L, C]
+COPIES = (aten.clone.default, aten._to_copy.default)  # elementwise, but they choose their result's layout
 # ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on; a
 # convolution left to PyTorch or to depthwise_conv_as_windows reads channels-last as it lies and writes it too
 FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default,
@@ -56,7 +57,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     last: set[fx.Node] = set()  # values now NCHW-shaped (conv1d: NCL) over channels-last memory
     entered: set[fx.Node] = set()  # NHWC (NLC) permutes of such values: contiguous already
     copies_back: dict[fx.Node, fx.Node] = {}
-    dropped = cats = 0
+    dropped = cats = sunk = 0
     for node in list(graph.nodes):
         if node.meta.get(LAYOUT_EXIT) and channels_innermost(tensor_meta(node.args[0])):
             view = node.args[0]
@@ -76,6 +77,9 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
             if node.target is aten.cat.default and _cat_in_nhwc(graph, node, last):
                 cats += 1
                 continue
+            if elementwise_in_nhwc(graph, node, last) is not None:
+                sunk += 1
+                continue
             value = _recomputed(node) if node.op == "call_function" and node.target in FOLLOWS_LAYOUT else None
             if value is None:
                 for a in [a for a in node.all_input_nodes if a in last]:
@@ -87,11 +91,42 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
                 entered.add(node)
             elif channels_innermost(value):
                 last.add(node)
-    if dropped or copies_back or cats:
+    if dropped or copies_back or cats or sunk:
         graph.lint()
         gm.recompile()
     return PassResult(gm, dropped > 0, {"copies_dropped": dropped, "copies_back": len(copies_back),
-                                        "cats_in_nhwc": cats, "nodes_before": before, "nodes_after": count_ops(gm)})
+                                        "cats_in_nhwc": cats, "elementwise_in_nhwc": sunk, "nodes_before": before,
+                                        "nodes_after": count_ops(gm)})
+
+
+def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | None:
+    """An elementwise op whose tensor operands are all NCHW views of NHWC results (in `last`), computed on those
+    results and viewed back: the op then follows a GEMM's result in memory order, so fuse_gemm_epilogue takes
+    it into the GEMM (and fuse_pointwise into a depthwise sum), and chains of such ops stay in the NHWC frame.
+    Returns the view back (added to `last`), or None where the op is not such."""
+    if node.op != "call_function" or node.target not in POINTWISE or node.target in COPIES:
+        return None
+    operands = node.all_input_nodes
+    order = next((list(a.args[1]) for a in operands if a.target is aten.permute.default), None)
+    if order not in (TO_NCHW, SWAP_NCL) or not all(
+            a in last and a.target is aten.permute.default and list(a.args[1]) == order for a in operands):
+        return None
+    inverse = [order.index(d) for d in range(len(order))]
+    if tensor_meta(node).shape != tensor_meta(operands[0]).shape or any(
+            tensor_meta(a).shape != tensor_meta(node).shape for a in operands):
+        return None  # broadcasting between operands: their frames would differ
+    unpermuted = {a: a.args[0] for a in operands}
+    args = fx.node.map_arg(node.args, lambda a: unpermuted[a])
+    kwargs = fx.node.map_arg(node.kwargs, lambda a: unpermuted[a])
+    with graph.inserting_before(node):
+        inner = call_with_value(graph, node.target, args, kwargs)
+        back = call_with_value(graph, aten.permute.default, (inner, order))
+    assert tensor_meta(inner).shape == torch.Size([tensor_meta(node).shape[d] for d in inverse])
+    back.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
+    last.add(back)
+    return back
 
 
 def _entry_copy(node: fx.Node, entered: set) -> bool:

@@ -17,8 +17,8 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 
     xc = clone(permute(x, [0, 2, 3, 1]))                            # channels-last
     xp = cat([0, cat([0, xc, 0], W), 0], H)                         # only with padding
-    y = mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w))  [+ b] # one GEMM kernel, patches read in place
-    out = clone(permute(view(y, [N, OH, OW, Cout]), [0, 3, 1, 2]))  # conv1d: the same with H = 1
+    y = view(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), [N, OH, OW, Cout])  [+ b]  # one GEMM kernel
+    out = clone(permute(y, [0, 3, 1, 2]))                           # conv1d: [N, OW, Cout], permuted [0, 2, 1]
 
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
 with the packed schedule: CPU devices.
@@ -30,8 +30,8 @@ notes), and a default path must never be slower than eager.
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]
-             y = add(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), b)     # [50, 8], in one GEMM kernel
-             out = clone(permute(view(y, [2, 5, 5, 8]), [0, 3, 1, 2]))
+             y = add(view(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), [2, 5, 5, 8]), b)  # one kernel
+             out = clone(permute(y, [0, 3, 1, 2]))
 """
 
 from __future__ import annotations
@@ -129,11 +129,13 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         patches = call(ConvPatches(window), (x,))
         weight = graph.call_function(ConvWeightAsMatrix(), (w,))
         weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
-        y = call(aten.mm.default, (patches, weight))
+        # the bias after the view: fuse_gemm_epilogue takes the elementwise ops after one reshape of the mm,
+        # and channels_last_between_convs moves the activation next to it
+        y = call(aten.view.default, (call(aten.mm.default, (patches, weight)), [n, ow, cout] if one_d else
+                                     [n, oh, ow, cout]))
         if bias is not None:
             y = call(aten.add.Tensor, (y, bias))
-        out = (call(aten.permute.default, (call(aten.view.default, (y, [n, ow, cout])), [0, 2, 1])) if one_d else
-               call(aten.permute.default, (call(aten.view.default, (y, [n, oh, ow, cout])), [0, 3, 1, 2])))
+        out = call(aten.permute.default, (y, [0, 2, 1] if one_d else [0, 3, 1, 2]))
         # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows, and
         # channels_last_between_convs drops it where only elementwise ops and convolutions read the result
         out = call(aten.clone.default, (out,), {"memory_format": torch.contiguous_format})

@@ -41,6 +41,7 @@ from torchfuser.ir.symbolic import has_symbols
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
+from torchfuser.passes.channels_last_between_convs import elementwise_in_nhwc
 
 aten = torch.ops.aten
 NAME = "depthwise_conv_as_windows"
@@ -136,6 +137,13 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
     y.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(y)
     graph.erase_node(node)
+    if nhwc:  # the activation after it on the NHWC sum too, so fuse_pointwise makes them one kernel
+        views, frontier = {y}, [y]
+        while frontier:
+            for user in list(frontier.pop().users):
+                back = elementwise_in_nhwc(graph, user, views)
+                if back is not None:
+                    frontier.append(back)
 
 
 def _per_channel(call, value: fx.Node, spatial: int) -> fx.Node:
