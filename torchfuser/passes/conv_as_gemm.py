@@ -5,7 +5,8 @@ w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows 
 and N = Cout. With x channels-last and zero-padded, row m's patch is KH * KW runs of C floats, each at a
 constant offset from the patch's corner, so the GEMM kernel reads A straight from the input
 (ir/kernels/gemm.ConvWindow; fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no
-im2col copy is made. The weight becomes the [K, Cout] matrix once per weight version (ir/weights) and is
+im2col copy is made (a 1x1 convolution's input is A as it is, and patches that tile the input, stride =
+kernel, are one reordering copy of it: both plain mms, every GEMM schedule a candidate). The weight becomes the [K, Cout] matrix once per weight version (ir/weights) and is
 packed as any GEMM's B. The GEMM's result is the output in channels-last order, with the bias (a folded
 batch norm's too) as its epilogue; the copy into eager's layout written here is dropped again by
 channels_last_between_convs (registered with this pass) wherever only elementwise ops and other
@@ -103,6 +104,22 @@ def _problem(node: fx.Node) -> str | None:
     return None
 
 
+def _patch_rows(call, x: fx.Node, window: ConvWindow) -> fx.Node:
+    """A, the patches as GEMM rows: a 1x1 stride-1 convolution's input is A already ([N*H*W, C]), and patches
+    that tile the input exactly (stride = kernel, ViT's patch embedding) are one reordering copy of it; both
+    then run as plain mms (every GEMM schedule, the host BLAS too). Other windows are read in place."""
+    w = window
+    if w.kernel_h == w.kernel_w == w.stride_h == w.stride_w == 1:
+        return call(aten.view.default, (x, [w.rows, w.channels]))
+    if ((w.kernel_h, w.kernel_w) == (w.stride_h, w.stride_w) and w.dilation_h == w.dilation_w == 1
+            and (w.height, w.width) == (w.out_h * w.kernel_h, w.out_w * w.kernel_w)):
+        tiles = call(aten.view.default, (x, [w.batch, w.out_h, w.kernel_h, w.out_w, w.kernel_w, w.channels]))
+        ordered = call(aten.clone.default, (call(aten.permute.default, (tiles, [0, 1, 3, 2, 4, 5])),),
+                       {"memory_format": torch.contiguous_format})
+        return call(aten.view.default, (ordered, [w.rows, w.depth]))
+    return call(ConvPatches(window), (x,))
+
+
 def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, w, bias, stride, padding, dilation = node.args[:6]
@@ -126,7 +143,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
         window = ConvWindow(n, hp, wp, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
-        patches = call(ConvPatches(window), (x,))
+        patches = _patch_rows(call, x, window)
         weight = graph.call_function(ConvWeightAsMatrix(), (w,))
         weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
         # the bias after the view: fuse_gemm_epilogue takes the elementwise ops after one reshape of the mm,

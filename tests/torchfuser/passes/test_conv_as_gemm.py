@@ -140,3 +140,20 @@ def test_training_gradients_match():
     ex, ew = torch.autograd.grad(conv(x).square().sum(), (x, conv.weight))
     assert_close(gx, ex, rtol=1e-4, atol=1e-4)
     assert_close(gw, ew, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv2d(6, 5, 1), (2, 6, 7, 9)),                 # a 1x1 convolution: its NHWC input is A
+    (nn.Conv2d(3, 8, 4, stride=4), (2, 3, 12, 16)),      # patches that tile the input: one reordering copy
+    (nn.Conv1d(6, 5, 1), (2, 6, 11)),
+])
+def test_pointwise_and_tiling_convolutions_run_as_plain_gemms(conv, shape):
+    torch.manual_seed(0)
+    conv = conv.eval()
+    x = torch.randn(shape)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    assert report.fallbacks == []
+    gemms = [k for k in report.kernels if k.kind == "gemm"]
+    assert len(gemms) == 1 and "tf_conv_patches" not in gemms[0].nodes
