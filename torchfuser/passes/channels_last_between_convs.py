@@ -53,11 +53,11 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     before = count_ops(gm)
     graph = gm.graph
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    eager_strides = {a: tensor_meta(a).stride() for a in output.all_input_nodes if tensor_meta(a) is not None}
+    eager_strides = [getattr(tensor_meta(a), "stride", lambda: None)() for a in _results(output)]
     last: set[fx.Node] = set()  # values now NCHW-shaped (conv1d: NCL) over channels-last memory
     entered: set[fx.Node] = set()  # NHWC (NLC) permutes of such values: contiguous already
     copies_back: dict[fx.Node, fx.Node] = {}
-    dropped = cats = sunk = 0
+    dropped = cats = sunk = restored = 0
     for node in list(graph.nodes):
         if node.meta.get(LAYOUT_EXIT) and channels_innermost(tensor_meta(node.args[0])):
             view = node.args[0]
@@ -70,9 +70,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
             graph.erase_node(node)
             dropped += 1
         elif node is output:
-            for a in [a for a in node.all_input_nodes if a in last]:
-                node.replace_input_with(a, _copy_back(graph, a, copies_back))
-            _keep_eager_strides(graph, node, eager_strides)
+            restored = _keep_eager_strides(graph, node, eager_strides)
         elif any(a in last for a in node.all_input_nodes):
             if node.target is aten.cat.default and _cat_in_nhwc(graph, node, last):
                 cats += 1
@@ -91,11 +89,12 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
                 entered.add(node)
             elif channels_innermost(value):
                 last.add(node)
-    if dropped or copies_back or cats or sunk:
+    if dropped or copies_back or cats or sunk or restored:
         graph.lint()
         gm.recompile()
     return PassResult(gm, dropped > 0, {"copies_dropped": dropped, "copies_back": len(copies_back),
-                                        "cats_in_nhwc": cats, "elementwise_in_nhwc": sunk, "nodes_before": before,
+                                        "results_restored": restored, "cats_in_nhwc": cats,
+                                        "elementwise_in_nhwc": sunk, "nodes_before": before,
                                         "nodes_after": count_ops(gm)})
 
 
@@ -135,19 +134,30 @@ def _entry_copy(node: fx.Node, entered: set) -> bool:
             and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format)
 
 
-def _keep_eager_strides(graph: fx.Graph, output: fx.Node, eager_strides: dict) -> None:
-    """A graph output whose strides changed otherwise (a permute of a channels-last value) is copied into
-    eager's memory order: conv1d's result transposed to [N, L, C] stays a transposed view, as eager's is."""
-    for a, strides in eager_strides.items():
-        value = tensor_meta(a)
-        if a not in output.all_input_nodes or value.stride() == strides:
+def _results(output: fx.Node) -> list:
+    """The graph's results in order (nodes, or constants)."""
+    found = []
+    fx.node.map_aggregate(output.args[0], found.append)
+    return [r for r in found if not isinstance(r, (tuple, list))]
+
+
+def _keep_eager_strides(graph: fx.Graph, output: fx.Node, eager_strides: list) -> int:
+    """Each graph result whose strides are no longer eager's (a channels-last value, a permute of one) is copied
+    into eager's memory order: a convolution's result is NCHW again, conv1d's result transposed to [N, L, C]
+    stays a transposed view, and a channels-last result of a channels-last input stays as it is, as in eager."""
+    restored = {}
+    for a, strides in zip(_results(output), eager_strides):
+        value = tensor_meta(a) if isinstance(a, fx.Node) else None
+        if value is None or strides is None or value.stride() == strides or a in restored:
             continue
         order = sorted(range(value.dim()), key=lambda d: -strides[d])  # eager's memory order, outermost first
         with graph.inserting_before(output):
             moved = call_with_value(graph, aten.permute.default, (a, order))
             copied = call_with_value(graph, aten.clone.default, (moved,), {"memory_format": torch.contiguous_format})
-            back = call_with_value(graph, aten.permute.default, (copied, [order.index(d) for d in range(len(order))]))
-        output.replace_input_with(a, back)
+            restored[a] = call_with_value(graph, aten.permute.default,
+                                          (copied, [order.index(d) for d in range(len(order))]))
+    output.args = fx.node.map_arg(output.args, lambda a: restored.get(a, a))
+    return len(restored)
 
 
 def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
