@@ -8,6 +8,7 @@ from torch.fx.passes.infra.pass_base import PassResult as FxPassResult
 from torch.fx.passes.tools_common import stable_topological_sort
 
 from torchfuser.ir.kernels import FusedKernel
+from torchfuser.ir.symbolic import has_symbols
 
 aten = torch.ops.aten
 UNFUSED = "torchfuser_unfused"  # node.meta key: {pass name: why the pass left the node to PyTorch}
@@ -42,14 +43,42 @@ def call_with_value(graph: fx.Graph, target, args, kwargs=None) -> fx.Node:
     shapes stay symbolic): the meta every later pass and the lowering read."""
     kwargs = kwargs or {}
     node = graph.call_function(target, tuple(args), kwargs)
+    node.meta["val"] = fake_result(target, args, kwargs)
+    return node
+
+
+def fake_result(target, args, kwargs):
+    """target applied to the fake values of its operands (graph nodes; lists of them)."""
 
     def value(a):
         if isinstance(a, fx.Node):
             return a.meta["val"]
         return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
 
-    node.meta["val"] = target(*[value(a) for a in args], **kwargs)
-    return node
+    return target(*[value(a) for a in args], **{k: value(v) for k, v in kwargs.items()})
+
+
+def constant_at(graph: fx.Graph, fill: fx.Node, shape) -> fx.Node:
+    """The constant `full` node `fill` made again at another shape (a padding a kernel takes as a literal), at
+    the graph's insert point."""
+    again = graph.call_function(aten.full.default, (list(shape), fill.args[1]), dict(fill.kwargs))
+    again.meta["val"] = fill.meta["val"].new_full(list(shape), fill.args[1])
+    return again
+
+
+def convolution_problem(node: fx.Node) -> str | None:
+    """Why a convolution node cannot be rewritten into kernels at all (the passes add their own conditions)."""
+    x, w = node.args[0].meta.get("val"), node.args[1].meta.get("val")
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or not x.dtype.is_floating_point \
+            or x.dtype != w.dtype:
+        return "a convolution of non-floating or mixed dtypes"
+    if node.args[6]:
+        return "a transposed convolution (not lowered yet)"
+    if x.dim() not in (3, 4):
+        return f"a convolution over {x.dim() - 2} spatial dims (1 or 2 are lowered)"
+    if has_symbols(list(x.shape) + list(w.shape) + list(x.stride())):
+        return "a convolution with symbolic sizes (not lowered yet)"
+    return None
 
 
 def constant_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int, value: float) -> fx.Node:

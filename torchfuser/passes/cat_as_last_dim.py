@@ -31,7 +31,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import POINTWISE, constant_value, node_arg, tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, constant_at, count_ops
 
 aten = torch.ops.aten
 NAME = "cat_as_last_dim"
@@ -65,10 +65,7 @@ def _flattened(graph: fx.Graph, x: fx.Node, dim: int) -> fx.Node:
     again at that shape instead, so it stays a constant the kernel takes as a literal."""
     meta = tensor_meta(x)
     if x.target is aten.full.default and constant_value(x) is not None:
-        shape = [*meta.shape[:dim], math.prod(meta.shape[dim:])]
-        fill = graph.call_function(aten.full.default, (shape, x.args[1]), dict(x.kwargs))
-        fill.meta["val"] = meta.new_full(shape, x.args[1])
-        return fill
+        return constant_at(graph, x, [*meta.shape[:dim], math.prod(meta.shape[dim:])])
     return call_with_value(graph, aten.view.default, (x, [*meta.shape[:dim], -1]))
 
 

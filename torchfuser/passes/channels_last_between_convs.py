@@ -36,7 +36,7 @@ import torch.fx as fx
 
 from torchfuser.ir.layout import channels_innermost
 from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, constant_at, count_ops, fake_result
 
 aten = torch.ops.aten
 NAME = "channels_last_between_convs"
@@ -110,7 +110,6 @@ def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | 
     if order not in (TO_NCHW, SWAP_NCL) or not all(
             a in last and a.target is aten.permute.default and list(a.args[1]) == order for a in operands):
         return None
-    inverse = [order.index(d) for d in range(len(order))]
     if tensor_meta(node).shape != tensor_meta(operands[0]).shape or any(
             tensor_meta(a).shape != tensor_meta(node).shape for a in operands):
         return None  # broadcasting between operands: their frames would differ
@@ -120,7 +119,6 @@ def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | 
     with graph.inserting_before(node):
         inner = call_with_value(graph, node.target, args, kwargs)
         back = call_with_value(graph, aten.permute.default, (inner, order))
-    assert tensor_meta(inner).shape == torch.Size([tensor_meta(node).shape[d] for d in inverse])
     back.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(back)
     graph.erase_node(node)
@@ -174,10 +172,7 @@ def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
             if p in last:
                 nhwc.append(call(aten.permute.default, (p, TO_NHWC)))
             else:  # the constant made at the NHWC shape
-                shape = [tensor_meta(p).shape[d] for d in TO_NHWC]
-                fill = graph.call_function(aten.full.default, (shape, p.args[1]), dict(p.kwargs))
-                fill.meta["val"] = tensor_meta(p).new_full(shape, p.args[1])
-                nhwc.append(fill)
+                nhwc.append(constant_at(graph, p, [tensor_meta(p).shape[d] for d in TO_NHWC]))
         joined = call(aten.cat.default, (nhwc, TO_NHWC.index(dim % 4)))
         view = call(aten.permute.default, (joined, TO_NCHW))
     view.meta.update({k: v for k, v in node.meta.items() if k != "val"})
@@ -190,14 +185,8 @@ def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
 def _recomputed(node: fx.Node) -> torch.Tensor | None:
     """The node's fake value from its operands' current ones; None where it fails or changes shape or dtype."""
     old = tensor_meta(node)
-
-    def value(a):
-        if isinstance(a, fx.Node):
-            return a.meta["val"]
-        return [value(b) for b in a] if isinstance(a, (list, tuple)) else a
-
     try:
-        new = node.target(*[value(a) for a in node.args], **{k: value(v) for k, v in node.kwargs.items()})
+        new = fake_result(node.target, node.args, node.kwargs)
     except Exception:  # noqa: BLE001 - an op that cannot take the new layout is simply not followed
         return None
     if old is None or not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
@@ -210,7 +199,6 @@ def _copy_back(graph: fx.Graph, value: fx.Node, made: dict) -> fx.Node:
     copy = made.get(value)
     if copy is None:
         with graph.inserting_after(value):
-            copy = graph.call_function(aten.clone.default, (value,), {"memory_format": torch.contiguous_format})
-        copy.meta["val"] = value.meta["val"].clone(memory_format=torch.contiguous_format)
-        made[value] = copy
+            copy = made[value] = call_with_value(graph, aten.clone.default, (value,),
+                                                 {"memory_format": torch.contiguous_format})
     return copy

@@ -43,10 +43,11 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.kernels import ConvPatches, ConvWindow
-from torchfuser.ir.symbolic import has_symbols
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
+from torchfuser.passes.base import (
+    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, record_unfused,
+)
 from torchfuser.passes import channels_last_between_convs
 from torchfuser.passes.pipeline import register_pass, unregister_pass
 
@@ -89,19 +90,10 @@ def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
 
 
 def _problem(node: fx.Node) -> str | None:
-    x, w = tensor_meta(node.args[0]), tensor_meta(node.args[1])
-    transposed, groups = node.args[6], node.args[8]
-    if x is None or w is None or not x.dtype.is_floating_point or x.dtype != w.dtype:
-        return "a convolution of non-floating or mixed dtypes"
-    if transposed:
-        return "a transposed convolution (not lowered yet)"
+    groups = node.args[8]
     if groups != 1:
         return f"a grouped convolution ({groups} groups: not lowered yet)"
-    if x.dim() not in (3, 4):
-        return f"a convolution over {x.dim() - 2} spatial dims (1 or 2 are lowered)"
-    if has_symbols(list(x.shape) + list(w.shape) + list(x.stride())):
-        return "a convolution with symbolic sizes (not lowered yet)"
-    return None
+    return convolution_problem(node)
 
 
 def _patch_rows(call, x: fx.Node, window: ConvWindow) -> fx.Node:

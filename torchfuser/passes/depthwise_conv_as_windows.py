@@ -37,10 +37,11 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.layout import channels_innermost
-from torchfuser.ir.symbolic import has_symbols
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
+from torchfuser.passes.base import (
+    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, record_unfused,
+)
 from torchfuser.passes.channels_last_between_convs import elementwise_in_nhwc
 
 aten = torch.ops.aten
@@ -77,16 +78,10 @@ def depthwise_conv_as_windows(gm: fx.GraphModule) -> PassResult:
 
 
 def _problem(node: fx.Node) -> str | None:
-    x, w = tensor_meta(node.args[0]), tensor_meta(node.args[1])
-    transposed, groups = node.args[6], node.args[8]
-    if x is None or w is None or not x.dtype.is_floating_point or x.dtype != w.dtype:
-        return "a grouped convolution of non-floating or mixed dtypes"
-    if transposed:
-        return "a transposed grouped convolution (not lowered yet)"
-    if x.dim() not in (3, 4):
-        return f"a grouped convolution over {x.dim() - 2} spatial dims (1 or 2 are lowered)"
-    if has_symbols(list(x.shape) + list(w.shape)):
-        return "a grouped convolution with symbolic sizes (not lowered yet)"
+    why = convolution_problem(node)
+    if why is not None:
+        return why
+    x, w, groups = tensor_meta(node.args[0]), tensor_meta(node.args[1]), node.args[8]
     channels = x.shape[1]
     if groups != channels or w.shape[0] != channels:
         what = "a depth multiplier" if groups == channels else f"{groups} groups of {channels // groups} channels"
