@@ -139,3 +139,23 @@ def test_a_block_stops_early_when_calls_slow_down_after_calibration(clock):
     clock.log.clear()
     result = interleaved_medians({"a": fn}, repeats=3, warmup=0, lead_seconds=0.0, blocks={"a": 20})
     assert result["a"] == pytest.approx(30e-3) and len(clock.log) == 3 * 4  # 4 calls pass 100 ms
+
+
+def test_each_result_stays_alive_until_the_next_call_returns():
+    """As `y = f(x)` in a user's loop: a compiled path whose outputs alternate between two blocks pays for it."""
+    import weakref
+
+    class Result:
+        pass
+
+    last, seen = [None], []
+
+    def fn():
+        seen.append(last[0] is not None and last[0]() is not None)
+        result = Result()
+        last[0] = weakref.ref(result)
+        return result
+
+    interleaved_medians({"kept": fn}, repeats=3, warmup=1, blocks={"kept": 4}, lead_seconds=0.0)
+    timed = seen[1:]  # the warm-up call has no call before it
+    assert timed == [False, True, True, True] * 3  # the first call of each block: the last block's result is gone

@@ -165,6 +165,11 @@ class _Slot:
         self.index = index
 
 
+# what one set of a Bound's kernel copies holds: the kernels, their declared scalar types, the argument list they
+# hold, the addresses it binds, its argument lists by input offsets, the input offsets of its last enqueue
+_ARMING = ("kernels", "typed", "armed", "addresses", "arguments", "offsets")
+
+
 class Bound:
     """A configured launch ready to enqueue again: kernels, output layouts, argument lists by input offsets.
 
@@ -175,7 +180,7 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses")
+                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
                  lane: str = THREADED, cut: int | None = None):
@@ -197,6 +202,18 @@ class Bound:
         self.addresses: list | None = None
         self.prepares = type(launch).prepare is not Launch.prepare
         self.arguments: dict[tuple, tuple[list, list]] = {}  # input offsets -> (argument list, slot positions)
+        # A second set of kernel copies and what they hold (_ARMING), made when a steady enqueue first finds
+        # other addresses: a caller that keeps the last result (`y = f(x)` in a loop) gets fresh outputs from
+        # two arena blocks in turn, and each set stays armed for one of them.
+        self.spare: tuple | None = None
+
+    def switch_arming(self) -> None:
+        """Swap in the spare set of kernel copies with the arguments they hold (unarmed when first made)."""
+        current = tuple([getattr(self, field) for field in _ARMING])
+        spare = self.spare or ([_copy_kernel(b.kernel) for b in self.builts], False, None, None, {}, None)
+        for field, value in zip(_ARMING, spare):
+            setattr(self, field, value)
+        self.spare = current
 
     def argument_list(self, offsets: tuple) -> tuple[list, list]:
         """The kernel arguments for inputs at these offsets, buffers still to be placed at the positions."""
@@ -257,8 +274,7 @@ class Call:
         if not launch.empty:
             if bound.prepares:
                 inputs = launch.prepare(list(inputs), self)
-            if not (same_offsets and bound.addresses is not None
-                    and bound.addresses == [t.data_ptr() for t in (*inputs, *outs)]):
+            if not (same_offsets and bound.addresses is not None and self._armed_for(bound, inputs, outs)):
                 inputs = self._arm(bound, inputs, outs, same_offsets)
             if bound.lane == THREADED:
                 self._enqueue_threaded(bound)
@@ -269,6 +285,16 @@ class Call:
                     self.dirty.add(o.data_ptr())
                 self.alive.append((inputs, outs))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _armed_for(bound: Bound, inputs, outs) -> bool:
+        """Whether the kernels, or else the spare copies (then swapped in), hold these inputs' and outputs'
+        buffers. Else the spare copies are swapped in to be armed: the other set keeps its buffers."""
+        addresses = [t.data_ptr() for t in (*inputs, *outs)]
+        if bound.addresses == addresses:
+            return True
+        bound.switch_arming()
+        return bound.addresses == addresses
 
     def _arm(self, bound: Bound, inputs, outs, same_offsets: bool):
         """Bind this call's buffers into the bound's kernels; returns the inputs the kernels read (misaligned

@@ -1,7 +1,7 @@
 """Interleaved block timing: the steady speed of back-to-back calls, with machine noise shared by all candidates.
 
-Each candidate is timed as a user who calls it in a loop sees it: `block` calls back to back, the block's time
-divided by `block`. Blocks of the candidates alternate, round after round, and the order of the candidates
+Each candidate is timed as a user who calls it in a loop sees it: `block` calls back to back, each result kept
+until the next call returns (`y = f(x)`), the block's time divided by `block`. Blocks of the candidates alternate, round after round, and the order of the candidates
 rotates by one each round, so that no candidate always runs first in a round; the median over the rounds is
 the result. The block size is chosen per candidate from a calibration (the fastest of a few single calls says
 how many calls last `block_seconds`), so that a 30 us call and a 30 ms call are both timed over a few ms, and
@@ -100,20 +100,23 @@ def interleaved_medians(candidates: dict, repeats: int = 15, warmup: int = 3, mi
         orders.append(order)
         for name in order:
             fn, n = candidates[name], sizes[name]
+            # each call's result is kept until the next returns, as `y = f(x)` in a user's loop keeps it
+            kept = None
             if lead_seconds > 0:
                 lead_end = time.perf_counter() + lead_seconds
-                fn()
+                kept = fn()
                 while time.perf_counter() < lead_end:
-                    fn()
+                    kept = fn()
             t0 = time.perf_counter()
             stop = t0 + max_block_seconds
             done = 0
             while done < n:
-                fn()
+                kept = fn()
                 done += 1
                 if done < n and time.perf_counter() > stop:
                     break
             samples[name].append((time.perf_counter() - t0) / done)
+            del kept
         round_ += 1
     result = Timings({name: statistics.median(values) for name, values in samples.items()})
     result.blocks, result.samples, result.orders = sizes, samples, orders

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL
-from torchfuser.runtime.call import Runtime
+from torchfuser.runtime.call import Call, Runtime
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
@@ -121,7 +121,7 @@ def test_outputs_are_fresh_tensors_on_every_call():
     torch.testing.assert_close(kept_view, expected_view)
 
 
-def test_a_steady_call_sets_no_kernel_arguments():
+def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
     """Three layers with one spec share a kernel; each launch owns a copy, so nothing is re-set."""
     model = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(64, 64), nn.ReLU())]).eval()
     f = torchfuser.compile(model)
@@ -131,23 +131,21 @@ def test_a_steady_call_sets_no_kernel_arguments():
         steps = kernel_steps(torchfuser.last_report().plan)
         bounds = [b for step in steps for b in step.bound.values()]
         assert len({id(b.kernels[0]) for b in bounds}) == len(bounds) == 3
-        counts = []
-        for b in bounds:  # a split launch sets the same arguments on both its kernels: count the first's
-            original, count = b.kernels[0].set_args, [0]
+        counts = {id(b): 0 for b in bounds}
+        original = Call._set_arguments
 
-            def counting(*args, _original=original, _count=count):
-                _count[0] += 1
-                return _original(*args)
+        def counting(self, bound, *args):
+            counts[id(bound)] += 1
+            return original(self, bound, *args)
 
-            b.kernels[0].set_args = counting
-            counts.append(count)
+        monkeypatch.setattr(Call, "_set_arguments", counting)
         for _ in range(3):
             torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
         x2 = torch.randn(16, 64)
         torch.testing.assert_close(f(x2), model(x2), rtol=1e-4, atol=1e-4)
     if isinstance(Runtime.for_device(get_device()).binder, ZeroCopyBinder):  # uploads are new buffers per call
         # three steady calls set nothing; a new input buffer changes the first layer's arguments only
-        assert [c[0] for c in counts] == [1, 0, 0]
+        assert [counts[id(b)] for b in bounds] == [1, 0, 0]
 
 
 def test_a_steady_call_at_the_same_addresses_looks_up_no_buffers(monkeypatch):
@@ -174,6 +172,35 @@ def test_a_steady_call_at_the_same_addresses_looks_up_no_buffers(monkeypatch):
         assert x2.data_ptr() in lookups
         torch.testing.assert_close(kept, model(x), rtol=1e-4, atol=1e-4)
 
+
+def test_a_caller_that_keeps_the_last_result_sets_no_arguments_after_two_calls(monkeypatch):
+    """`y = f(x)` in a loop holds the last output while the next call runs, so outputs come from two arena
+    blocks in turn; a second set of kernel copies stays armed for the other block. Every result is its own."""
+    binder = Runtime.for_device(get_device()).binder
+    if not isinstance(binder, ZeroCopyBinder):
+        pytest.skip("device copies to its own memory")
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 16)).eval()
+    f = torchfuser.compile(model)
+    xs = [torch.randn(8, 32) for _ in range(2)]
+    x = xs[0].clone()
+    with torch.no_grad():
+        y = f(x)
+        y = f(x)  # the first output is held: the second comes from another block, armed on the spare copies
+        last = kernel_steps(torchfuser.last_report().plan)[-1].last
+        sets = []
+        for kernel in (*last.kernels, *last.spare[0]):
+            original = kernel.set_args
+            monkeypatch.setattr(kernel, "set_args", lambda *a, _original=original: sets.append(1) or _original(*a))
+        results = []
+        for i in range(6):
+            x.copy_(xs[i % 2])  # the same input tensor with new values: the kernels read it where it lies
+            before, y = y, f(x)  # the result before stays alive while the next call runs, as in a loop
+            results.append(y.clone())
+            torch.testing.assert_close(before, model(xs[(i + 1) % 2]) if i else results[0], rtol=1e-4, atol=1e-4)
+            del before
+        for i, result in enumerate(results):
+            torch.testing.assert_close(result, model(xs[i % 2]), rtol=1e-4, atol=1e-4)
+    assert sets == []
 
 def test_a_one_off_launch_of_the_same_kernel_between_calls():
     """run_single (calling the fused node directly) sets the built kernel's arguments; the plan's launch
