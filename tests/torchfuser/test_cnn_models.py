@@ -1,4 +1,4 @@
-"""The bench's CNNs end to end against eager: batch norms folded, pooling, activations and stride-1 depthwise
+"""The bench's CNNs end to end against eager: batch norms folded, pooling, activations, depthwise and 1x1
 convolutions in kernels; what stays in PyTorch by default is the other convolutions alone (conv_as_gemm, which
 runs them as GEMM kernels, is opt-in: tests/torchfuser/passes/test_conv_as_gemm.py)."""
 
@@ -26,10 +26,13 @@ def test_cnn_matches_eager_with_only_convolutions_in_pytorch(name):
         assert_close(out, model(x), rtol=1e-4, atol=1e-4)
     in_pytorch = Counter(f.op for r in reports for f in r.fallbacks)
     assert set(in_pytorch) <= {"aten.convolution.default"}, in_pytorch
-    convs = sum(isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)) and m.groups == 1 for m in model.modules())
+    dense = [m for m in model.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)) and m.groups == 1]
+    pointwise = sum(set(m.kernel_size) == {1} and set(m.stride) == {1} for m in dense)
+    assert sum({p.name: p.stats for p in r.passes}["pointwise_conv_as_gemm"].get("convolutions", 0)
+               for r in reports) == pointwise
     depthwise = sum(isinstance(m, torch.nn.Conv2d) and m.groups > 1 for m in model.modules())
     assert sum({p.name: p.stats for p in r.passes}["depthwise_conv_as_windows"].get("convolutions", 0)
                for r in reports) == depthwise
     norms = sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
-    assert in_pytorch["aten.convolution.default"] == convs
+    assert in_pytorch["aten.convolution.default"] == len(dense) - pointwise
     assert sum({p.name: p.stats for p in r.passes}["fold_batch_norm"]["folded"] for r in reports) == norms

@@ -8,9 +8,9 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_last_dim, depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm,
-    fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions, merge_sibling_gemms, pool_as_windows,
-    reduce_over_last_dim, tensor_scalar_operands,
+    batch_norm_as_affine, cat_as_last_dim, channels_last_between_convs, depthwise_conv_as_windows,
+    eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions,
+    merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -24,7 +24,13 @@ register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_b
 # max / average pooling as elementwise max / sum over one strided view per window tap (its padding is
 # concatenations: before cat_as_last_dim, which makes those row kernels)
 register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
-# depthwise convolutions the same way: a per-channel weighted sum of one strided view per tap
+# 1x1 stride-1 convolutions as plain GEMMs over their channels-last input (conv_as_gemm, opt-in, registers
+# itself before this one and takes every dense convolution)
+register_pass("pointwise_conv_as_gemm", pointwise_conv_as_gemm.pointwise_conv_as_gemm,
+              handles=pointwise_conv_as_gemm.handles)
+# then their results stay channels-last up to the next convolution: no layout copies between them
+register_pass("channels_last_between_convs", channels_last_between_convs.channels_last_between_convs)
+# depthwise convolutions as pooling's windows: a per-channel weighted sum of one strided view per tap
 register_pass("depthwise_conv_as_windows", depthwise_conv_as_windows.depthwise_conv_as_windows,
               handles=depthwise_conv_as_windows.handles)
 # cats along inner dims (a KV cache's append) as cats along the last dim of flattening views: row kernels
@@ -33,8 +39,8 @@ register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
 # other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
-# (opt-in, slower than eager here for now: conv_as_gemm, convolutions as GEMMs over patches read in place, and
-# group_norm_as_layer_norm; torchfuser.passes.<name>.register())
+# (opt-in, slower than eager here for now: conv_as_gemm, every dense convolution as a GEMM over patches read
+# in place, and group_norm_as_layer_norm; torchfuser.passes.<name>.register())
 # siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
 register_pass("merge_sibling_gemms", merge_sibling_gemms.merge_sibling_gemms)
 # attention next: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions

@@ -20,7 +20,8 @@ Rule, with conv_as_gemm's forms:
     p = cat([0, z, 0], 3)                           ->  p = permute(cat([0, permute(z, [0, 2, 3, 1]), 0], 2), [0, 3, 1, 2])
     out = view(z, [N, -1])                                               ->  view(clone(z, contiguous), ...)
 
-Preconditions: runs right after conv_as_gemm (registered with it, opt-in), on static shapes; a recomputed
+Preconditions: runs right after the passes that make conv_as_gemm's forms (pointwise_conv_as_gemm, and
+conv_as_gemm where registered), on static shapes; a recomputed
 value must keep its shape and dtype, else the reader is treated as any other.
 
     before:  c1 = clone(permute(...)); r = relu(c1); x2 = clone(permute(r, [0, 2, 3, 1])); ... 4 copies
@@ -52,6 +53,8 @@ FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, at
 def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
     before = count_ops(gm)
     graph = gm.graph
+    if not any(node.meta.get(LAYOUT_EXIT) for node in graph.nodes):  # no convolution computed channels-last
+        return PassResult(gm, False, {"copies_dropped": 0, "nodes_before": before, "nodes_after": before})
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     eager_strides = [getattr(tensor_meta(a), "stride", lambda: None)() for a in _results(output)]
     last: set[fx.Node] = set()  # values now NCHW-shaped (conv1d: NCL) over channels-last memory
@@ -122,6 +125,10 @@ def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | 
     back.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(back)
     graph.erase_node(node)
+    for a in set(operands):  # a view nothing reads any more would count as a second reader of its result
+        if not a.users:
+            graph.erase_node(a)
+            last.discard(a)
     last.add(back)
     return back
 

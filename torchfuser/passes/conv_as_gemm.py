@@ -24,10 +24,11 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
 with the packed schedule: CPU devices.
 
-Opt-in (`register()` puts it in PIPELINE after fold_batch_norm and pool_as_windows, before cat_as_last_dim,
-with channels_last_between_convs after it): the padding copies and GEMMs short of the FMA ceiling leave
-some CNNs (a conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures in the
-notes), and a default path must never be slower than eager.
+Opt-in for every dense convolution (`register()` puts it in PIPELINE after fold_batch_norm and
+pool_as_windows, before channels_last_between_convs and cat_as_last_dim): the padding copies and GEMMs short
+of the FMA ceiling leave some CNNs (a conv1d stack) slower this way than with oneDNN's convolutions in
+PyTorch (figures in the notes), and a default path must never be slower than eager. By default only 1x1
+stride-1 convolutions take this rewrite, as plain GEMMs (pointwise_conv_as_gemm).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]
@@ -56,15 +57,12 @@ NAME = "conv_as_gemm"
 
 
 def register() -> None:
-    """Run convolutions as GEMMs from now on, their results kept channels-last between them (unregister()
-    undoes it)."""
+    """Run every dense convolution as a GEMM from now on (unregister() undoes it); channels_last_between_convs,
+    in the default pipeline after it, keeps their results channels-last between them."""
     register_pass(NAME, conv_as_gemm, after="pool_as_windows", handles=handles)
-    register_pass(channels_last_between_convs.NAME, channels_last_between_convs.channels_last_between_convs,
-                  after=NAME)
 
 
 def unregister() -> None:
-    unregister_pass(channels_last_between_convs.NAME)
     unregister_pass(NAME)
 
 
@@ -76,9 +74,9 @@ def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
     before = count_ops(gm)
     rewritten = 0
     for node in [n for n in gm.graph.nodes if n.target is aten.convolution.default]:
-        why = _problem(node)
+        why = problem(node)
         if why is None:
-            _rewrite(gm.graph, node)
+            rewrite(gm.graph, node)
             rewritten += 1
         else:
             record_unfused(node, NAME, why)
@@ -89,7 +87,8 @@ def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
                                           "nodes_after": count_ops(gm)})
 
 
-def _problem(node: fx.Node) -> str | None:
+def problem(node: fx.Node) -> str | None:
+    """Why this convolution cannot run as a GEMM; None when it can."""
     groups = node.args[8]
     if groups != 1:
         return f"a grouped convolution ({groups} groups: not lowered yet)"
@@ -112,7 +111,8 @@ def _patch_rows(call, x: fx.Node, window: ConvWindow) -> fx.Node:
     return call(ConvPatches(window), (x,))
 
 
-def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+def rewrite(graph: fx.Graph, node: fx.Node) -> None:
+    """Replace the convolution `node` with its GEMM (the module docstring's rule)."""
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, w, bias, stride, padding, dilation = node.args[:6]
     one_d = tensor_meta(x).dim() == 3
@@ -145,10 +145,19 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         if bias is not None:
             y = call(aten.add.Tensor, (y, bias))
         out = call(aten.permute.default, (y, [0, 2, 1] if one_d else [0, 3, 1, 2]))
-        # eager's layout: views after it (flatten) need it; fuse_pointwise joins the copy to what follows, and
-        # channels_last_between_convs drops it where only elementwise ops and convolutions read the result
-        out = call(aten.clone.default, (out,), {"memory_format": torch.contiguous_format})
+        # eager's layout (channels-last for a channels-last input): views after it (flatten) need it;
+        # fuse_pointwise joins the copy to what follows, and channels_last_between_convs drops it where only
+        # elementwise ops and convolutions read the result
+        out = call(aten.clone.default, (out,), {"memory_format": _eager_format(node)})
         out.meta[channels_last_between_convs.LAYOUT_EXIT] = True
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)
+
+
+def _eager_format(conv: fx.Node) -> torch.memory_format:
+    """The memory format of eager's result of this convolution (oneDNN's rule: channels-last stays so)."""
+    value = tensor_meta(conv)
+    if value.dim() == 4 and not value.is_contiguous() and value.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format

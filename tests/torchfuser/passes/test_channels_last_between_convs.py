@@ -1,5 +1,6 @@
-"""channels_last_between_convs (registered with conv_as_gemm): values between convolutions stay channels-last,
-eager's layout at the graph's edges; numerics and output strides as eager."""
+"""channels_last_between_convs (default, after the passes that compute convolutions channels-last: here
+conv_as_gemm, registered, and pointwise_conv_as_gemm): values between convolutions stay channels-last, eager's
+layout at the graph's edges; numerics and output strides as eager."""
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torchfuser.passes import PIPELINE
 from torchfuser.passes.channels_last_between_convs import NAME
 from torchfuser.passes.conv_as_gemm import NAME as CONV_AS_GEMM
 from torchfuser.passes.conv_as_gemm import register, unregister
+from torchfuser.passes.pointwise_conv_as_gemm import NAME as POINTWISE_CONV_AS_GEMM
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +46,11 @@ class Block(nn.Module):
         return z.mean((-1, -2)), z.flatten(1)
 
 
-def test_registered_right_after_conv_as_gemm_and_removed_with_it():
-    assert PIPELINE.index(NAME) == PIPELINE.index(CONV_AS_GEMM) + 1
+def test_runs_after_every_pass_that_computes_convolutions_channels_last():
+    assert PIPELINE.index(CONV_AS_GEMM) < PIPELINE.index(POINTWISE_CONV_AS_GEMM) < PIPELINE.index(NAME)
+    assert PIPELINE.index(NAME) < PIPELINE.index("depthwise_conv_as_windows") < PIPELINE.index("cat_as_last_dim")
     unregister()
-    assert NAME not in PIPELINE and CONV_AS_GEMM not in PIPELINE
+    assert NAME in PIPELINE and CONV_AS_GEMM not in PIPELINE
     register()
 
 
