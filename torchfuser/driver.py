@@ -15,6 +15,7 @@ import warnings
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
 from torchfuser.codegen.source_lines import source_line_nodes
@@ -32,6 +33,7 @@ from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
 from torchfuser.runtime.kernel_cache import KernelBuildError
+from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN
 from torchfuser.runtime.launch import configure
 
 NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
@@ -112,12 +114,12 @@ def compile_aten_graph(gm: fx.GraphModule, options: Options, *, title="graph", c
 def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, options: Options) -> float:
     """Tune and configure every fused node's launch for the example layouts, place them in lanes together,
     then generate and build each; returns build seconds."""
-    configured, sequence = [], []  # sequence: the launches in order, None for host steps between them
+    configured, sequence = [], []  # sequence: the launches in order, HOST_THREADS for PyTorch ops between them
     for node in gm.graph.nodes:
         target = node.target
         if not isinstance(target, FusedKernel):
-            if node.op == "call_function" and node.target is not operator.getitem and node.target not in VIEW_OPS:
-                sequence.append(None)
+            if _on_host_threads(node):
+                sequence.append(HOST_THREADS)
             continue
         if plan.runtime is None:
             _fall_back(plan, report, node, "no OpenCL device: runs in PyTorch")
@@ -193,18 +195,26 @@ def _dedup(items: list[dict]) -> list[dict]:
     return unique
 
 
+def _in_pytorch(node: fx.Node) -> bool:
+    """Whether the node is a tensor op that every call runs in PyTorch."""
+    if node.op != "call_function" or isinstance(node.target, FusedKernel):
+        return False
+    if node.target is operator.getitem or node.target in VIEW_OPS:
+        return False  # views and tuple access read no data: nothing to fuse
+    if getattr(node.target, "weight_transform", False):
+        return False  # made once per weight version (ir/weights.py), not an op of every call
+    # size arithmetic of a symbolic graph (sym_size, s0 + 1): host integers, no tensor op
+    return not isinstance(node.meta.get("val"), (int, torch.SymInt))
+
+
+def _on_host_threads(node: fx.Node) -> bool:
+    """A PyTorch op big enough for ATen to run it on its intra-op threads (lanes.HOST_THREADS)."""
+    sizes = [v.numel() for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+    # a symbolic size counts as large: it is a sequence length or a batch, not a constant handful
+    return _in_pytorch(node) and any(not isinstance(n, int) or n >= PARALLEL_GRAIN for n in sizes)
+
+
 def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:
     """Every op left to PyTorch, with what the passes said about it."""
-    entries = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or isinstance(node.target, FusedKernel):
-            continue
-        if node.target is operator.getitem or node.target in VIEW_OPS:
-            continue  # views and tuple access read no data: nothing to fuse
-        if getattr(node.target, "weight_transform", False):
-            continue  # made once per weight version (ir/weights.py), not an op of every call
-        if isinstance(node.meta.get("val"), (int, torch.SymInt)):
-            continue  # size arithmetic of a symbolic graph (sym_size, s0 + 1): host integers, no tensor op
-        reason = "; ".join(unfused_reasons(node).values()) or NO_KERNEL
-        entries.append(FallbackEntry(target_name(node), node.name, reason, **_where(node)))
-    return entries
+    return [FallbackEntry(target_name(node), node.name, "; ".join(unfused_reasons(node).values()) or NO_KERNEL,
+                          **_where(node)) for node in gm.graph.nodes if _in_pytorch(node)]

@@ -21,7 +21,7 @@ from torchfuser.codegen import kernel_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
-from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, lane_rates, plan_lanes, wait_for_worker
+from torchfuser.runtime.lanes import HOST_THREADS, INLINE, SPLIT, THREADED, lane_rates, plan_lanes, wait_for_worker
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
@@ -79,14 +79,20 @@ class Runtime:
         return self.lanes([launch])[0]
 
     def lanes(self, launches: list) -> list[tuple[str, str]]:
-        """(lane, why) for each launch of a plan, in order (None entries: host steps between them)."""
+        """(lane, why) for each launch of a plan, in order (None entries: host steps between them;
+        HOST_THREADS: PyTorch ops on its OpenMP threads)."""
+        present = [x for x in launches if x is not None and x != HOST_THREADS]
         if self.device.inline is None:
-            return [(THREADED, "the device has no in-thread companion") for launch in launches if launch is not None]
+            return [(THREADED, "the device has no in-thread companion") for _ in present]
         if not self.device.zero_copy:  # results are read back from device buffers, through the queue
-            return [(THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them")
-                    for launch in launches if launch is not None]
-        chosen = plan_lanes(self.rates(), [None if x is None else (x.flops, x.nbytes) for x in launches])
-        present = [x for x in launches if x is not None]
+            return [(THREADED, "buffers are copies (TORCHFUSER_ZERO_COPY=0): one queue serves them") for _ in present]
+        works = []
+        for x in launches:
+            if x is None or x == HOST_THREADS:
+                works.append(x)
+            else:  # an extern GEMM's host BLAS runs on PyTorch's threads before its epilogue kernel
+                works += [HOST_THREADS, (x.flops, x.nbytes)] if x.host_threads else [(x.flops, x.nbytes)]
+        chosen = plan_lanes(self.rates(), works)
         # a launch of one work-group (along the split dim) cannot be split: it runs in the calling thread
         return [(INLINE, "in the calling thread: one work-group") if lane == SPLIT and _cut(x, 0.5) is None
                 else (lane, why) for x, (lane, why) in zip(present, chosen)]

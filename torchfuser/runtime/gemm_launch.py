@@ -344,6 +344,7 @@ class ExternGemmLaunch(PointwiseLaunch):
     epilogue runs as a pointwise kernel over it: TorchInductor's extern-kernel-plus-epilogue idea."""
 
     fresh_prepared = True  # the accumulator
+    host_threads = True  # the host BLAS
 
     @classmethod
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternGemmLaunch":

@@ -8,6 +8,12 @@ than the machine has, so the calling thread keeps one) run the rest, started fir
 starts at once, and its share is larger by what the workers lose to their wake. Where there is no in-thread
 device (GPUs, or TORCHFUSER_INLINE=0), everything runs on the device (THREADED).
 
+PyTorch's own ops run on its intra-op (OpenMP) threads, which keep spinning on the cores for a while after
+each op (libgomp's spin before it sleeps; see runtime/timing.py). A split launch started in that window
+waits for workers that share their core with a spinning thread; so a launch that follows such an op (a
+convolution left to PyTorch, the host BLAS of an extern GEMM) runs in the calling thread when it is done
+within the window, where the split would gain nothing.
+
 A launch is placed by its work (the bytes it moves, the FLOPs it computes) and the rates measured on this
 machine: copy bandwidth and FMA throughput of the calling thread alone and of a split launch, the cost of an
 empty launch each way, and the wake of idle workers. They are measured once per process and device (a
@@ -28,6 +34,11 @@ from torchfuser.runtime.kernel_cache import build_quietly
 from torchfuser.runtime.tuning_db import TuningDatabase
 
 INLINE, SPLIT, THREADED = "inline", "split", "threaded"
+HOST_THREADS = "host threads"  # in a plan's sequence: a PyTorch op on its OpenMP threads
+# the work ATen splits over its threads (at::internal::GRAIN_SIZE, in elements): smaller ops run in the
+# calling thread and leave no thread spinning
+PARALLEL_GRAIN = 32768
+OPENMP_SPIN_SECONDS = 0.015  # how long OpenMP's threads stay spinning after an op (libgomp's default spin)
 _RATES_KEY = "lane rates v5"  # v5: the FMA probe on the device's native vectors (float16 spilled on AVX2)
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
 _FMA_CHAINS = 8  # independent FMA chains per item: enough to cover the FMA latency on two pipes
@@ -77,11 +88,28 @@ class LaneRates:
 
 
 def plan_lanes(rates: LaneRates | None, works: list) -> list[tuple[str, str]]:
-    """(lane, why in words) for each launch of a sequence; works: (flops, bytes) per launch, or None for a host
-    step between launches (it does not change a launch's lane: each pays for its own workers)."""
+    """(lane, why in words) for each launch of a sequence; works: (flops, bytes) per launch, None for a host
+    step between launches (it does not change a launch's lane: each pays for its own workers), HOST_THREADS
+    for a PyTorch op on its OpenMP threads: the launches after it that are done, in the calling thread,
+    within OPENMP_SPIN_SECONDS of it run there."""
+    launches = [w for w in works if w is not None and w != HOST_THREADS]
     if rates is None:
-        return [(THREADED, "the device has no in-thread companion") for w in works if w is not None]
-    return [choose_lane(rates, *work) for work in works if work is not None]
+        return [(THREADED, "the device has no in-thread companion") for _ in launches]
+    chosen, spin_left = [], 0.0
+    for work in works:
+        if work is None:
+            continue
+        if work == HOST_THREADS:
+            spin_left = OPENMP_SPIN_SECONDS
+            continue
+        lane, why = choose_lane(rates, *work)
+        alone = rates.seconds(INLINE, *work)
+        if lane != INLINE and alone <= spin_left:
+            lane, why = INLINE, (f"in the calling thread: PyTorch's OpenMP threads still spin on the other cores "
+                                 f"after the op before it; expected {alone * 1e6:.1f} us here")
+        spin_left = max(0.0, spin_left - rates.seconds(lane, *work))
+        chosen.append((lane, why))
+    return chosen
 
 
 def choose_lane(rates: LaneRates | None, flops: float, nbytes: float) -> tuple[str, str]:

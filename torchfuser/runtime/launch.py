@@ -44,6 +44,8 @@ class Launch:
     static_arguments: ClassVar[bool] = True
     # prepare() hands the kernel tensors made anew each call (not the inputs, nor long-lived copies of them)
     fresh_prepared: ClassVar[bool] = False
+    # prepare() runs a PyTorch op on its intra-op (OpenMP) threads, which keep spinning after it (lanes.py)
+    host_threads: ClassVar[bool] = False
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.

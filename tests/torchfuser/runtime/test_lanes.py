@@ -8,7 +8,7 @@ import torchfuser
 from eager_compare import assert_close
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, LaneRates, plan_lanes
+from torchfuser.runtime.lanes import HOST_THREADS, INLINE, OPENMP_SPIN_SECONDS, SPLIT, THREADED, LaneRates, plan_lanes
 
 RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, split_bytes_per_s=45e9,
                   split_flops_per_s=200e9, wake_seconds=40e-6, inline_launch_seconds=1.5e-6,
@@ -38,6 +38,34 @@ def test_the_reasons_give_both_estimates():
     (lane, why), = plan_lanes(RATES, [BIG])
     assert lane == SPLIT and "in the calling thread alone" in why and "split" in why
     assert plan_lanes(None, [TINY, None, BIG]) == [(THREADED, "the device has no in-thread companion")] * 2
+
+
+def test_launches_after_a_pytorch_op_on_its_threads_run_in_the_calling_thread_while_its_threads_spin():
+    alone = RATES.seconds(INLINE, *BIG)
+    assert alone < OPENMP_SPIN_SECONDS
+    assert lanes([HOST_THREADS, BIG, None, BIG]) == [INLINE, INLINE]
+    (lane, why), = plan_lanes(RATES, [HOST_THREADS, BIG])
+    assert "OpenMP threads still spin" in why
+    # the window is used up by the launches in it; a launch longer than what is left splits as before
+    fill = int(OPENMP_SPIN_SECONDS / alone)
+    assert lanes([HOST_THREADS] + [BIG] * (fill + 1)) == [INLINE] * fill + [SPLIT]
+    huge = (BIG[0] * 100, BIG[1] * 100)
+    assert lanes([HOST_THREADS, huge]) == [SPLIT]
+    assert plan_lanes(None, [HOST_THREADS, BIG]) == [(THREADED, "the device has no in-thread companion")]
+
+
+@pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
+def test_a_kernel_after_a_convolution_left_to_pytorch_runs_in_the_calling_thread(monkeypatch):
+    monkeypatch.setattr(Runtime.for_device(get_device()), "_rates", RATES)  # where the GELU alone would split
+    model = nn.Sequential(nn.Conv1d(16, 64, 3, padding=1), nn.GELU()).eval()
+    x = torch.randn(2, 16, 2000)  # 256000 results: ATen runs the convolution on its threads
+    assert lanes([(0.0, 2 * 4 * x.numel() * 4)]) == [SPLIT]
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        assert_close(torchfuser.compile(model)(x), model(x))
+    (kernel,) = reports[-1].kernels
+    assert [f.op for f in reports[-1].fallbacks] == ["aten.convolution.default"]
+    assert kernel.lane == INLINE and "OpenMP" in kernel.lane_reason
 
 
 @pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
