@@ -9,6 +9,9 @@ from torchfuser.ir.ops import OPS
 from torchfuser.ir.program import Const, Program
 
 
+_TENSOR_OPERANDS = frozenset({"maximum", "minimum", "logical_and", "logical_or"})  # torch takes no number there
+
+
 def run_program(program: Program, inputs, out_shape=None) -> list[torch.Tensor]:
     """`out_shape` (the kernel's output shape) is needed only by programs that index the last dim."""
     if len(inputs) != program.n_inputs:
@@ -33,6 +36,8 @@ def run_program(program: Program, inputs, out_shape=None) -> list[torch.Tensor]:
             cond, a, b = args
             result = torch.where(torch.as_tensor(cond).to(torch.bool), a, b)
         else:
+            if ins.op in _TENSOR_OPERANDS:  # a literal operand as a 0-d tensor: promotes as the Python number would
+                args = [torch.as_tensor(a) for a in args]
             result = OPS[ins.op].torch_fn(*args)
         values.append(torch.as_tensor(result).to(dtype))
     return [values[v] for v in program.outputs]
