@@ -143,3 +143,22 @@ def test_disabled_leaves_the_convolution_to_pytorch():
         assert_close(out, conv(x))
     assert [f.op for f in report.fallbacks] == [CONV]
     assert NAME in report.fallbacks[0].reason
+
+
+def test_a_tuned_gemm_with_a_relu6_epilogue(monkeypatch, tmp_path):
+    """The autotuner checks each candidate against the epilogue's reference (ReLU6's literal bounds)."""
+    from torchfuser.runtime import autotune, gemm_launch
+
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")  # the suite runs with the search off
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+    monkeypatch.setattr(autotune, "REPEATS", 1)
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, *_: [
+        gemm_launch.default_variant(device.type_name, 16, None)])  # one variant: the check, not the timing
+    model = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU6()).eval()
+    x = torch.randn(2, 8, 5, 6) * 4
+    out, report = compiled(model, x)
+    with torch.no_grad():
+        assert_close(out, model(x))
+    (gemm,) = [k for k in report.kernels if k.kind == "gemm"]
+    assert gemm.tuning["source"] == "tuned"
