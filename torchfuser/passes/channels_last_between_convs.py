@@ -21,8 +21,8 @@ Rule, with conv_as_gemm's forms:
     out = view(z, [N, -1])                                               ->  view(clone(z, contiguous), ...)
 
 Preconditions: runs right after the passes that make conv_as_gemm's forms (pointwise_conv_as_gemm, and
-conv_as_gemm where registered), on static shapes; a recomputed
-value must keep its shape and dtype, else the reader is treated as any other.
+conv_as_gemm where registered), on static shapes; a recomputed value must keep its shape and dtype, else the
+reader is treated as any other.
 
     before:  c1 = clone(permute(...)); r = relu(c1); x2 = clone(permute(r, [0, 2, 3, 1])); ... 4 copies
     after:   c1 = permute(...); r = relu(c1); x2 = permute(r, [0, 2, 3, 1])                  ... 2 copies
