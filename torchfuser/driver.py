@@ -209,9 +209,11 @@ def _in_pytorch(node: fx.Node) -> bool:
 
 def _on_host_threads(node: fx.Node) -> bool:
     """A PyTorch op big enough for ATen to run it on its intra-op threads (lanes.HOST_THREADS)."""
+    if not _in_pytorch(node):
+        return False
     sizes = [v.numel() for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
     # a symbolic size counts as large: it is a sequence length or a batch, not a constant handful
-    return _in_pytorch(node) and any(not isinstance(n, int) or n >= PARALLEL_GRAIN for n in sizes)
+    return any(not isinstance(n, int) or n >= PARALLEL_GRAIN for n in sizes)
 
 
 def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:

@@ -71,15 +71,21 @@ def handles(node: fx.Node) -> bool:
 
 
 def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
+    return rewrite_convolutions(gm, NAME, problem)
+
+
+def rewrite_convolutions(gm: fx.GraphModule, name: str, problem_of) -> PassResult:
+    """Every convolution that `problem_of` finds no reason against becomes its GEMM (rewrite); the others keep
+    their reason, recorded under the pass `name`."""
     before = count_ops(gm)
     rewritten = 0
     for node in [n for n in gm.graph.nodes if n.target is aten.convolution.default]:
-        why = problem(node)
+        why = problem_of(node)
         if why is None:
             rewrite(gm.graph, node)
             rewritten += 1
         else:
-            record_unfused(node, NAME, why)
+            record_unfused(node, name, why)
     if rewritten:
         gm.graph.lint()
         gm.recompile()

@@ -29,7 +29,7 @@ import torch.fx as fx
 
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes import conv_as_gemm
-from torchfuser.passes.base import PassResult, count_ops, record_unfused
+from torchfuser.passes.base import PassResult
 
 aten = torch.ops.aten
 NAME = "pointwise_conv_as_gemm"
@@ -40,20 +40,11 @@ def handles(node: fx.Node) -> bool:
 
 
 def pointwise_conv_as_gemm(gm: fx.GraphModule) -> PassResult:
-    before = count_ops(gm)
-    rewritten = 0
-    for node in [n for n in gm.graph.nodes if n.target is aten.convolution.default]:
-        why = _not_pointwise(node) or conv_as_gemm.problem(node)
-        if why is None:
-            conv_as_gemm.rewrite(gm.graph, node)
-            rewritten += 1
-        else:
-            record_unfused(node, NAME, why)
-    if rewritten:
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"convolutions": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return conv_as_gemm.rewrite_convolutions(gm, NAME, _problem)
+
+
+def _problem(node: fx.Node) -> str | None:
+    return _not_pointwise(node) or conv_as_gemm.problem(node)
 
 
 def _not_pointwise(node: fx.Node) -> str | None:

@@ -1,9 +1,9 @@
 """Interleaved block timing: the steady speed of back-to-back calls, with machine noise shared by all candidates.
 
 Each candidate is timed as a user who calls it in a loop sees it: `block` calls back to back, each result kept
-until the next call returns (`y = f(x)`), the block's time divided by `block`. Blocks of the candidates alternate, round after round, and the order of the candidates
-rotates by one each round, so that no candidate always runs first in a round; the median over the rounds is
-the result. The block size is chosen per candidate from a calibration (the fastest of a few single calls says
+until the next call returns (`y = f(x)`), the block's time divided by `block`. Blocks of the candidates
+alternate, round after round, and the order of the candidates rotates by one each round, so that no
+candidate always runs first in a round; the median over the rounds is the result. The block size is chosen per candidate from a calibration (the fastest of a few single calls says
 how many calls last `block_seconds`), so that a 30 us call and a 30 ms call are both timed over a few ms, and
 neither the timer's own cost nor one preempted call decides the result.
 

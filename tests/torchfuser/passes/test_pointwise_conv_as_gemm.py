@@ -20,6 +20,17 @@ def compiled(model, x, **options):
     return out, reports[-1]
 
 
+def in_kernels_as_eager(model, x):
+    """Compiled: eager's values and strides, nothing left to PyTorch; the report."""
+    out, report = compiled(model, x)
+    with torch.no_grad():
+        expected = model(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert not report.fallbacks
+    return report
+
+
 def stats(report) -> dict:
     return {p.name: p.stats for p in report.passes}[NAME]
 
@@ -38,12 +49,7 @@ def test_1x1_conv2d_is_one_gemm_kernel_with_eager_numerics_and_strides(bias, lay
     x[0, 2, 3, 4], x[2, 6, 0, 0] = float("nan"), float("inf")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-    out, report = compiled(conv, x)
-    with torch.no_grad():
-        expected = conv(x)
-    assert_close(out, expected)
-    assert out.stride() == expected.stride()
-    assert not report.fallbacks
+    report = in_kernels_as_eager(conv, x)
     assert [k.kind for k in report.kernels].count("gemm") == 1
     assert stats(report)["convolutions"] == 1
 
@@ -52,10 +58,7 @@ def test_1x1_conv1d_and_zero_batch():
     torch.manual_seed(1)
     conv = nn.Conv1d(6, 10, 1).eval()
     for x in (torch.randn(2, 6, 17), torch.randn(0, 6, 17)):
-        out, report = compiled(conv, x)
-        with torch.no_grad():
-            assert_close(out, conv(x))
-        assert not report.fallbacks
+        in_kernels_as_eager(conv, x)
 
 
 def test_folded_batch_norm_and_relu6_join_the_gemm():
@@ -64,11 +67,7 @@ def test_folded_batch_norm_and_relu6_join_the_gemm():
     norm.running_var.uniform_(0.5, 2)
     norm.running_mean.uniform_(-1, 1)
     model = nn.Sequential(nn.Conv2d(8, 12, 1, bias=False), norm, nn.ReLU6()).eval()
-    x = torch.randn(2, 8, 6, 7) * 4
-    out, report = compiled(model, x)
-    with torch.no_grad():
-        assert_close(out, model(x))
-    assert not report.fallbacks
+    report = in_kernels_as_eager(model, torch.randn(2, 8, 6, 7) * 4)
     # the copy into channels-last before the GEMM, the GEMM with the affine and clamp, the copy back
     assert [k.kind for k in report.kernels].count("gemm") == 1 and len(report.kernels) <= 3
 
@@ -97,13 +96,7 @@ def test_mobilenet_block_runs_without_pytorch_and_keeps_channels_last_inside(str
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_var.uniform_(0.5, 2)
-    x = torch.randn(2, 8, 11, 9)
-    out, report = compiled(model, x)
-    with torch.no_grad():
-        expected = model(x)
-    assert_close(out, expected)
-    assert out.stride() == expected.stride()
-    assert not report.fallbacks
+    report = in_kernels_as_eager(model, torch.randn(2, 8, 11, 9))
     assert stats(report)["convolutions"] == 2
     layout = {p.name: p.stats for p in report.passes}["channels_last_between_convs"]
     assert layout["copies_dropped"] >= 2  # the expand's copy back to NCHW and the project's copy into NHWC
