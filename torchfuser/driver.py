@@ -21,7 +21,7 @@ from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
 from torchfuser.codegen.source_lines import source_line_nodes
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
-from torchfuser.ir.symbolic import hint_tensor, tensor_has_symbols
+from torchfuser.ir.symbolic import hint, hint_tensor, tensor_has_symbols
 from torchfuser.options import Options
 from torchfuser.passes import run_pipeline
 from torchfuser.passes.base import unfused_reasons
@@ -212,8 +212,9 @@ def _on_host_threads(node: fx.Node) -> bool:
     if not _in_pytorch(node):
         return False
     sizes = [v.numel() for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
-    # a symbolic size counts as large: it is a sequence length or a batch, not a constant handful
-    return any(not isinstance(n, int) or n >= PARALLEL_GRAIN for n in sizes)
+    # a symbolic size counts at the example's value, as the launches are placed: a KV cache's cat at decode
+    # is small, and counting it as large would keep every launch after it off the workers
+    return any(hint(n) >= PARALLEL_GRAIN for n in sizes)
 
 
 def _fallbacks(gm: fx.GraphModule) -> list[FallbackEntry]:

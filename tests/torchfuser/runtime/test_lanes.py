@@ -69,6 +69,28 @@ def test_a_kernel_after_a_convolution_left_to_pytorch_runs_in_the_calling_thread
 
 
 @pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
+def test_a_small_cat_along_a_dynamic_dim_leaves_the_launches_after_it_free_to_split(monkeypatch):
+    """A KV cache's cat at decode is left to PyTorch (its bounds vary) but is far below ATen's grain at the
+    sizes compiled for: the big GEMV after it is placed by its own work, not pinned to the calling thread."""
+    monkeypatch.setattr(Runtime.for_device(get_device()), "_rates", RATES)
+    weight = torch.randn(3072, 768) / 768 ** 0.5  # outputs of about 1: fp32 sums in another order agree
+
+    def step(cache, new, x):
+        return torch.cat([cache, new], dim=1), torch.nn.functional.linear(x, weight)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="torchfuser", dynamic=True)
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        for length in (5, 6):
+            args = torch.randn(8, length, 64), torch.randn(8, 1, 64), torch.randn(1, 768)
+            for got, want in zip(compiled(*args), step(*args)):
+                assert_close(got, want)
+    assert [f.op for f in reports[-1].fallbacks] == ["aten.cat.default"]
+    (gemv,) = [k for k in reports[-1].kernels if k.kind == "gemm"]
+    assert gemv.lane == SPLIT and "OpenMP" not in gemv.lane_reason
+
+
+@pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
 @pytest.mark.parametrize("lane", [INLINE, SPLIT])
 def test_every_kind_computes_the_same_in_either_lane(lane, monkeypatch):
     """The same plan with every launch forced into one lane agrees with eager (and so with the other lane);
