@@ -50,7 +50,8 @@ def default_search() -> str:
 def tuning_key(kernel: GemmKernel, inputs) -> str:
     layout = "|".join(f"{tuple(t.shape)}:{t.stride()}" for t in inputs)
     epilogue = hashlib.sha256(kernel.epilogue.text().encode()).hexdigest()[:16]
-    return f"{layout}|{epilogue}"
+    # a convolution's window too: two convolutions of one input and weight shape may stride differently
+    return f"{layout}|{epilogue}" + (f"|{kernel.window.text()}" if kernel.window is not None else "")
 
 
 def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) -> dict | None:

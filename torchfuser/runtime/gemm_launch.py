@@ -22,7 +22,7 @@ import torch
 
 from torchfuser.codegen.opencl.gemm import tiled_local_floats
 from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
-from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
+from torchfuser.ir.kernels import ConvWindow, GemmKernel, GemmSpec, PointwiseKernel
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, vector_widths
@@ -129,10 +129,9 @@ def candidate_variants(device, m: int | None = None, window: bool = False) -> li
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
     found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS[width]]
-    if window:
-        return found
-    if m is not None and m <= ROWS_MAX_M:
+    if m is not None and m <= ROWS_MAX_M and not window:
         found.append(rows_variant(n=32, width=width))  # on the panels of the first packed variant
+    # the host's own: BLAS for an mm, PyTorch's convolution for a convolution's patches
     return found + ([GemmVariant("extern")] if device.zero_copy else [])
 
 
@@ -294,10 +293,12 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     m, k, n = kernel.mnk(inputs)
     batch = _batch(a)
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
-    if kernel.window is not None and variant.schedule != "packed":
+    if kernel.window is not None and variant.schedule not in ("packed", "extern"):
         raise ValueError(f"{variant.name}: a convolution's implicit patches are read by the packed schedule (CPU "
                          "devices) only")
     if variant.schedule == "extern":
+        if kernel.window is not None:
+            return ExternConvLaunch.create(kernel, a, b, extras, out_shape)
         return ExternGemmLaunch.create(kernel, a, b, extras, out_shape)
     if variant.schedule == "rows" and a.dim() != 2:
         raise ValueError(f"{variant.name}: the rows schedule runs plain (2-D) mms only")
@@ -364,6 +365,42 @@ class ExternGemmLaunch(PointwiseLaunch):
         return [accumulator, *extras]
 
 
+@dataclass
+class ExternConvLaunch(ExternGemmLaunch):
+    """A convolution's GEMM done by PyTorch's own convolution (oneDNN) over the padded channels-last input A
+    lies in, with B turned back into the convolution's weight (once per weight version); its channels-last
+    result is the accumulator [M, Cout] the epilogue kernel reads. The autotuner's way to keep a convolution
+    on PyTorch's kernels where they are faster than the implicit GEMM."""
+
+    window: ConvWindow | None = None
+
+    @classmethod
+    def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternConvLaunch":
+        launch = super().create(gemm, a, b, extras, out_shape)
+        launch.window = gemm.window
+        launch._weight = (None, -1, None)  # (weak ref to B, its version, the weight made from it)
+        return launch
+
+    def prepare(self, inputs, call=None):
+        x, b, *extras = inputs
+        if call is not None:
+            call.before_host_read([x, b])
+        w = self.window
+        accumulator = torch.nn.functional.conv2d(
+            x.permute(0, 3, 1, 2), self._conv_weight(b), stride=(w.stride_h, w.stride_w),
+            dilation=(w.dilation_h, w.dilation_w))
+        return [accumulator.permute(0, 2, 3, 1).reshape(w.rows, b.shape[1]), *extras]
+
+    def _conv_weight(self, b: torch.Tensor) -> torch.Tensor:
+        """B [KH * KW * C, Cout] (row (kh, kw, c)) as the weight [Cout, C, KH, KW], channels-last as the input."""
+        ref, version, weight = self._weight
+        if ref is None or ref() is not b or b._version != version:
+            w = self.window
+            weight = b.t().reshape(b.shape[1], w.kernel_h, w.kernel_w, w.channels).contiguous().permute(0, 3, 1, 2)
+            self._weight = (weakref.ref(b), b._version, weight)
+        return weight
+
+
 def gemm_transforms(launch: Launch, inputs) -> list[str]:
     """One-time constant transforms a GEMM launch relies on, in words, for the report."""
     spec = launch.spec
@@ -373,6 +410,9 @@ def gemm_transforms(launch: Launch, inputs) -> list[str]:
         return [f"B [{'x'.join(map(str, inputs[1].shape))}] packed into {copies * panels} panels of "
                 f"[{k}x{spec.tile_n}] ({copies * panels * k * spec.tile_n * 4 / 2**20:.1f} MiB), "
                 "once per weight version (per call when B is an activation)"]
+    if isinstance(launch, ExternConvLaunch):
+        return ["the convolution by PyTorch (torch.nn.functional.conv2d over the padded channels-last input, its "
+                "weight rebuilt from B once per weight version); this kernel is the epilogue"]
     if isinstance(launch, ExternGemmLaunch):
         return ["A @ B by the host BLAS (torch.mm) into a zero-copy buffer; this kernel is the epilogue"]
     return []

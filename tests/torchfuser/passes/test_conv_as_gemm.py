@@ -157,3 +157,31 @@ def test_pointwise_and_tiling_convolutions_run_as_plain_gemms(conv, shape):
     assert report.fallbacks == []
     gemms = [k for k in report.kernels if k.kind == "gemm"]
     assert len(gemms) == 1 and "tf_conv_patches" not in gemms[0].nodes
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv2d(3, 5, 3, stride=2, padding=1), (2, 3, 11, 9)),
+    (nn.Conv2d(4, 6, 3, dilation=2, padding=2, bias=False), (1, 4, 8, 13)),
+    (nn.Conv1d(6, 8, 5, stride=2, padding=2), (2, 6, 21)),
+])
+def test_the_extern_variant_is_pytorchs_convolution_with_the_gemms_epilogue(conv, shape, monkeypatch, tmp_path):
+    """With no template variant to time, the autotuner's choice is PyTorch's convolution of the padded
+    channels-last input (B turned back into the weight), the bias and activation in the epilogue kernel."""
+    import torchfuser.runtime.autotune as autotune
+
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
+    monkeypatch.setattr(gemm_launch, "PACKED_VARIANTS", {width: () for width in gemm_launch.PACKED_VARIANTS})
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
+    torch.manual_seed(3)
+    model = nn.Sequential(conv, nn.ReLU()).eval()
+    x = torch.randn(shape)
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        fused = torchfuser.compile(model)
+        assert_close(fused(x), model(x))
+        assert_close(fused(x), model(x))  # the weight made from B reused
+        model[0].weight.mul_(-0.5)  # a new weight version: B and the weight made from it follow
+        assert_close(fused(x), model(x))
+    (gemm,) = [k for k in reports[-1].kernels if k.kind == "gemm"]
+    assert gemm.tuning["winner"] == "extern" and "conv2d" in " ".join(gemm.transforms)

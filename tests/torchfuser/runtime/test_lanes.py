@@ -57,8 +57,8 @@ def test_launches_after_a_pytorch_op_on_its_threads_run_in_the_calling_thread_wh
 @pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
 def test_a_kernel_after_a_convolution_left_to_pytorch_runs_in_the_calling_thread(monkeypatch):
     monkeypatch.setattr(Runtime.for_device(get_device()), "_rates", RATES)  # where the GELU alone would split
-    model = nn.Sequential(nn.Conv1d(16, 64, 3, padding=1), nn.GELU()).eval()
-    x = torch.randn(2, 16, 2000)  # 256000 results: ATen runs the convolution on its threads
+    model = nn.Sequential(nn.Conv2d(16, 64, 3, padding=1), nn.GELU()).eval()
+    x = torch.randn(2, 16, 40, 50)  # 256000 results: ATen runs the convolution on its threads
     assert lanes([(0.0, 2 * 4 * x.numel() * 4)]) == [SPLIT]
     torch._dynamo.reset()
     with torch.no_grad(), torchfuser.collect_reports() as reports:
