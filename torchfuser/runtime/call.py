@@ -40,9 +40,31 @@ def _pyopencl():
     global _cl
     if _cl is None:
         import pyopencl
+        import pyopencl.invoker
 
+        generate = pyopencl.invoker.generate_enqueue_and_set_args
+        if not getattr(generate, "memoised", False):
+            pyopencl.invoker.generate_enqueue_and_set_args = _memoised(generate)
         _cl = pyopencl
     return _cl
+
+
+def _memoised(generate):
+    """pyopencl's generator of a kernel's enqueue and set_args code, kept in memory for this process: pyopencl
+    keeps that code on disk only, and reads and compiles it again for every new cl.Kernel whose scalar types are
+    declared (~0.3 ms), which each launch a plan binds for a new layout (a growing sequence) creates."""
+    found: dict = {}
+
+    def memoised(*args, **kwargs):
+        key = tuple(tuple(a) if isinstance(a, list) else a for a in args) + tuple(
+            (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(kwargs.items()))
+        code = found.get(key)
+        if code is None:
+            code = found[key] = generate(*args, **kwargs)
+        return code
+
+    memoised.memoised, memoised.found = True, found
+    return memoised
 
 
 class Runtime:

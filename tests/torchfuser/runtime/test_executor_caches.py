@@ -292,3 +292,32 @@ def test_arena_reuses_a_block_only_when_no_tensor_refers_to_it():
     del c
     d = arena.allocate(OutputLayout.of((32, 32), (1, 32), torch.int64))
     assert d.data_ptr() == address and d.dtype == torch.int64 and d.stride() == (1, 32)
+
+
+def test_kernel_copies_share_pyopencls_generated_argument_code():
+    """Each launch bound for a new layout makes its own cl.Kernel copies; declaring their scalar types reuses the
+    argument-setting code pyopencl generated for the first (it keeps it on disk only), and every copy still
+    sets its own arguments."""
+    import pyopencl as cl
+    import pyopencl.invoker
+
+    from torchfuser.runtime.call import _copy_kernel, _pyopencl
+
+    _pyopencl()
+    generate = pyopencl.invoker.generate_enqueue_and_set_args
+    assert generate.memoised
+    device = get_device()
+    source = "__kernel void fill_tf_test(__global float* x, const float v) { x[get_global_id(0)] = v; }"
+    kernel = cl.Program(device.context, source).build().fill_tf_test
+    copies = [_copy_kernel(kernel) for _ in range(3)]
+    generated = len(generate.found)
+    outs = [np.zeros(4, np.float32) for _ in copies]
+    for value, (copy, out) in enumerate(zip(copies, outs)):
+        copy.set_scalar_arg_dtypes([None, np.float32])
+        buffer = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=out)
+        copy.set_args(buffer, np.float32(value + 0.5))
+        cl.enqueue_nd_range_kernel(device.queue, copy, (4,), None)
+        device.queue.finish()
+        del buffer
+    assert [out.tolist() for out in outs] == [[v + 0.5] * 4 for v in range(3)]
+    assert len(generate.found) == generated + 1  # generated once, for the first copy
