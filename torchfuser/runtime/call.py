@@ -52,7 +52,7 @@ def _pyopencl():
 def _memoised(generate):
     """pyopencl's generator of a kernel's enqueue and set_args code, kept in memory for this process: pyopencl
     keeps that code on disk only, and reads and compiles it again for every new cl.Kernel whose scalar types are
-    declared (~0.3 ms), which each launch a plan binds for a new layout (a growing sequence) creates."""
+    declared, which each launch a plan binds for a new layout (a growing sequence) creates."""
     found: dict = {}
 
     def memoised(*args, **kwargs):
