@@ -43,11 +43,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def conv1d_as_gemm(gm: fx.GraphModule) -> PassResult:
-    return conv_as_gemm.rewrite_convolutions(gm, NAME, _problem)
-
-
-def _problem(node: fx.Node) -> str | None:
-    return _not_contiguous_patches(node) or conv_as_gemm.problem(node)
+    return conv_as_gemm.rewrite_convolutions(gm, NAME, _not_contiguous_patches)
 
 
 def _not_contiguous_patches(node: fx.Node) -> str | None:

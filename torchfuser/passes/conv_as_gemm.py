@@ -72,16 +72,17 @@ def handles(node: fx.Node) -> bool:
 
 
 def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
-    return rewrite_convolutions(gm, NAME, problem)
+    return rewrite_convolutions(gm, NAME)
 
 
-def rewrite_convolutions(gm: fx.GraphModule, name: str, problem_of) -> PassResult:
-    """Every convolution that `problem_of` finds no reason against becomes its GEMM (rewrite); the others keep
-    their reason, recorded under the pass `name`."""
+def rewrite_convolutions(gm: fx.GraphModule, name: str, precondition=None) -> PassResult:
+    """Every convolution that the pass's own `precondition` (node -> reason or None; a pass that takes some of
+    them) and `problem` find no reason against becomes its GEMM (rewrite); the others keep their reason,
+    recorded under the pass `name`."""
     before = count_ops(gm)
     rewritten = 0
     for node in [n for n in gm.graph.nodes if n.target is aten.convolution.default]:
-        why = problem_of(node)
+        why = (precondition and precondition(node)) or problem(node)
         if why is None:
             rewrite(gm.graph, node)
             rewritten += 1

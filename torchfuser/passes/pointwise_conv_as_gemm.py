@@ -40,11 +40,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def pointwise_conv_as_gemm(gm: fx.GraphModule) -> PassResult:
-    return conv_as_gemm.rewrite_convolutions(gm, NAME, _problem)
-
-
-def _problem(node: fx.Node) -> str | None:
-    return _not_pointwise(node) or conv_as_gemm.problem(node)
+    return conv_as_gemm.rewrite_convolutions(gm, NAME, _not_pointwise)
 
 
 def _not_pointwise(node: fx.Node) -> str | None:

@@ -21,7 +21,9 @@ from torchfuser.codegen import kernel_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
-from torchfuser.runtime.lanes import HOST_THREADS, INLINE, SPLIT, THREADED, lane_rates, plan_lanes, wait_for_worker
+from torchfuser.runtime.lanes import (
+    HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, lane_rates, plan_lanes, split_cut, wait_for_worker,
+)
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
@@ -116,7 +118,7 @@ class Runtime:
                 works += [HOST_THREADS, (x.flops, x.nbytes)] if x.host_threads else [(x.flops, x.nbytes)]
         chosen = plan_lanes(self.rates(), works)
         # a launch of one work-group (along the split dim) cannot be split: it runs in the calling thread
-        return [(INLINE, "in the calling thread: one work-group") if lane == SPLIT and _cut(x, 0.5) is None
+        return [(INLINE, "in the calling thread: one work-group") if lane == SPLIT and split_cut(x, 0.5) is None
                 else (lane, why) for x, (lane, why) in zip(present, chosen)]
 
     def rates(self):
@@ -126,17 +128,7 @@ class Runtime:
 
     def split_point(self, launch: Launch) -> int:
         """Where a split launch's dim 0 divides: the calling thread's work-groups come first."""
-        return _cut(launch, self.rates().inline_share(launch.flops, launch.nbytes))
-
-
-def _cut(launch: Launch, share: float) -> int | None:
-    """The first global index of the workers' part of dim 0 (a work-group boundary), or None if dim 0 holds
-    fewer than two work-groups."""
-    local = launch.local_size[0] if launch.local_size else 1
-    groups = launch.global_size[0] // local
-    if groups < 2:
-        return None
-    return min(groups - 1, max(1, round(groups * share))) * local
+        return split_cut(launch, self.rates().inline_share(launch.flops, launch.nbytes))
 
 
 class KernelStats:
@@ -144,44 +136,6 @@ class KernelStats:
         self.launches = 0
         self.profiled = 0
         self.seconds = 0.0
-
-
-class SplitEvents:
-    """A split launch's two events, profiled as one (from the earlier start to the later end); reading them
-    also moves the launch's split point towards the one where both parts would have ended together."""
-
-    __slots__ = ("worker", "here", "bound")
-
-    def __init__(self, worker, here, bound: "Bound"):
-        self.worker, self.here, self.bound = worker, here, bound
-
-    @property
-    def profile(self):
-        worker, here = self.worker.profile, self.here.profile
-        self._rebalance(worker, here)
-        return _Span(min(worker.start, here.start), max(worker.end, here.end))
-
-    def _rebalance(self, worker, here) -> None:
-        """Each side's rate this time, and the delay before the workers started, give the cut where both
-        would end at once; the bound moves half way there (the rates are noisy)."""
-        bound = self.bound
-        local = bound.launch.local_size[0] if bound.launch.local_size else 1
-        size = bound.launch.global_size[0]
-        mine, theirs = here.end - here.start, worker.end - worker.start
-        if mine <= 0 or theirs <= 0:
-            return
-        rate_here, rate_there = bound.cut / mine, (size - bound.cut) / theirs
-        delay = worker.start - here.start
-        balanced = (rate_here * rate_there * delay + rate_here * size) / (rate_here + rate_there)
-        groups = round((bound.cut + balanced) / 2 / local)
-        bound.cut = min(size // local - 1, max(1, groups)) * local
-
-
-class _Span:
-    __slots__ = ("start", "end")
-
-    def __init__(self, start, end):
-        self.start, self.end = start, end
 
 
 class _Slot:

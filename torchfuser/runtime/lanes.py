@@ -204,6 +204,54 @@ def _split(device, pair, items: int, local: int, share: float) -> None:
     wait_for_worker(device, event)
 
 
+def split_cut(launch, share: float) -> int | None:
+    """The first global index of the workers' part of dim 0 (a work-group boundary), or None if dim 0 holds
+    fewer than two work-groups."""
+    local = launch.local_size[0] if launch.local_size else 1
+    groups = launch.global_size[0] // local
+    if groups < 2:
+        return None
+    return min(groups - 1, max(1, round(groups * share))) * local
+
+
+class SplitEvents:
+    """A split launch's two events, profiled as one (from the earlier start to the later end); reading them
+    also moves the launch's split point towards the one where both parts would have ended together."""
+
+    __slots__ = ("worker", "here", "bound")
+
+    def __init__(self, worker, here, bound):
+        self.worker, self.here, self.bound = worker, here, bound  # bound: the launch's call.Bound (its cut)
+
+    @property
+    def profile(self):
+        worker, here = self.worker.profile, self.here.profile
+        self._rebalance(worker, here)
+        return _Span(min(worker.start, here.start), max(worker.end, here.end))
+
+    def _rebalance(self, worker, here) -> None:
+        """Each side's rate this time, and the delay before the workers started, give the cut where both
+        would end at once; the bound moves half way there (the rates are noisy)."""
+        bound = self.bound
+        local = bound.launch.local_size[0] if bound.launch.local_size else 1
+        size = bound.launch.global_size[0]
+        mine, theirs = here.end - here.start, worker.end - worker.start
+        if mine <= 0 or theirs <= 0:
+            return
+        rate_here, rate_there = bound.cut / mine, (size - bound.cut) / theirs
+        delay = worker.start - here.start
+        balanced = (rate_here * rate_there * delay + rate_here * size) / (rate_here + rate_there)
+        groups = round((bound.cut + balanced) / 2 / local)
+        bound.cut = min(size // local - 1, max(1, groups)) * local
+
+
+class _Span:
+    __slots__ = ("start", "end")
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+
 def wait_for_worker(device, event) -> None:
     """Spin until the workers finished `event` (a blocked thread on an idle vCPU wakes tens of us late), then
     finish the queue (which holds nothing more by then)."""
