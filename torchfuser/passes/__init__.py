@@ -8,7 +8,7 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_last_dim, channels_last_between_convs, conv1d_as_gemm, depthwise_conv_as_windows,
+    batch_norm_as_affine, cat_as_last_dim, channels_last_between_convs, depthwise_conv_as_windows,
     eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions,
     merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
@@ -28,9 +28,6 @@ register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_a
 # itself before this one and takes every dense convolution)
 register_pass("pointwise_conv_as_gemm", pointwise_conv_as_gemm.pointwise_conv_as_gemm,
               handles=pointwise_conv_as_gemm.handles)
-# dense 1-D convolutions as GEMMs over their channels-last input (a patch is one run of it); the autotuner
-# keeps PyTorch's convolution for any it finds faster
-register_pass("conv1d_as_gemm", conv1d_as_gemm.conv1d_as_gemm, handles=conv1d_as_gemm.handles)
 # then their results stay channels-last up to the next convolution: no layout copies between them
 register_pass("channels_last_between_convs", channels_last_between_convs.channels_last_between_convs)
 # depthwise convolutions as pooling's windows: a per-channel weighted sum of one strided view per tap

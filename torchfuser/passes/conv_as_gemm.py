@@ -26,10 +26,10 @@ with the packed schedule: CPU devices.
 
 Opt-in for every dense convolution (`register()` puts it in PIPELINE after fold_batch_norm and
 pool_as_windows, before channels_last_between_convs and cat_as_last_dim): the padding and layout copies
-leave some CNNs (a ResNet) slower this way than with oneDNN's convolutions in PyTorch (figures in the notes),
-even where the autotuner keeps PyTorch's convolution for a GEMM (its `extern` variant), and a default path
-must never be slower than eager. By default 1x1 stride-1 convolutions take this rewrite as plain GEMMs
-(pointwise_conv_as_gemm), and dense 1-D ones as GEMMs over their patches (conv1d_as_gemm).
+leave some CNNs (a ResNet, a conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures
+in the notes), even where the autotuner keeps PyTorch's convolution for a GEMM (its `extern` variant), and a
+default path must never be slower than eager. By default only 1x1 stride-1 convolutions take this rewrite, as
+plain GEMMs (pointwise_conv_as_gemm).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]

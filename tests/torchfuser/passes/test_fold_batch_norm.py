@@ -52,9 +52,9 @@ def test_conv_then_batch_norm_runs_as_one_folded_conv(name, affine):
     with torch.no_grad():
         assert_close(out, model(x))
     assert folded(report) == 1
-    # no batch norm left; depthwise, 1x1 and 1-D convolutions run in kernels too (depthwise_conv_as_windows,
-    # pointwise_conv_as_gemm, conv1d_as_gemm)
-    in_kernels = one_d or name in ("2d depthwise", "2d 1x1 with bias")
+    # no batch norm left; depthwise and 1x1 convolutions run in kernels too (depthwise_conv_as_windows,
+    # pointwise_conv_as_gemm)
+    in_kernels = name in ("2d depthwise", "2d 1x1 with bias")
     assert [f.op for f in report.fallbacks] == ([] if in_kernels else ["aten.convolution.default"])
 
 

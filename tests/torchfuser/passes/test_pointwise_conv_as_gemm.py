@@ -106,7 +106,7 @@ def test_mobilenet_block_runs_without_pytorch_and_keeps_channels_last_inside(str
     (nn.Conv2d(4, 6, 3, padding=1), "3x3"),
     (nn.Conv2d(4, 6, 1, stride=2), "1x1 convolution with stride [2, 2]"),
     (nn.Conv2d(4, 6, 1, padding=1), "padding [1, 1]"),
-    (nn.Conv1d(4, 6, 5, dilation=2), "a 5 convolution"),  # dilated: conv1d_as_gemm leaves it too
+    (nn.Conv1d(4, 6, 5), "a 5 convolution"),
 ])
 def test_other_convolutions_stay_in_pytorch_with_the_reason(conv, shape):
     conv = conv.eval()
