@@ -157,3 +157,17 @@ def test_a_floating_arange_stays_in_pytorch_and_says_why():
     compiled_exactly(fn, torch.randn(10))
     (fallback,) = torchfuser.last_report().fallbacks
     assert fallback.op == "aten.arange.start_step" and "integer aranges only" in fallback.reason
+
+
+@pytest.mark.parametrize("widths", [(5000, 7001), (4100, 17), (16, 9000)])
+def test_a_cat_of_few_long_rows_is_cut_into_runs_and_copies_exactly(widths):
+    """Three rows of 12001 (4117, 9016) elements: each row is cut into runs, a work-item each, whose bounds fall
+    inside, across and at the edges of the operands' segments; every element is copied exactly."""
+    def fn(a, b):
+        return torch.cat((a, b), dim=1) * 2
+
+    a, b = torch.randn(3, widths[0]), torch.randn(3, widths[1])
+    report = compiled_exactly(fn, a, b)
+    (step,) = [s[2] for s in report.plan.steps if hasattr(s[2], "bound") and s[2].target.kind == "pointwise"]
+    (bound,) = step.bound.values()
+    assert bound.launch.spec.row_length == sum(widths) and bound.launch.spec.row_chunks > 1

@@ -126,8 +126,8 @@ class Runtime:
             self._rates = lane_rates(self.device)
         return self._rates
 
-    def split_point(self, launch: Launch) -> int:
-        """Where a split launch's dim 0 divides: the calling thread's work-groups come first."""
+    def split_point(self, launch: Launch) -> tuple[int, int] | None:
+        """(dim, cut): where a split launch divides; the calling thread's work-groups come first."""
         return split_cut(launch, self.rates().inline_share(launch.flops, launch.nbytes))
 
 
@@ -162,11 +162,12 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses", "spare")
+                 "arguments", "lane", "split_dim", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
-                 lane: str = THREADED, cut: int | None = None):
-        self.launch, self.builts, self.label, self.lane, self.cut = launch, builts or [], label, lane, cut
+                 lane: str = THREADED, split: tuple[int, int] | None = None):
+        self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
+        self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
         self.exclusive = exclusive and bool(builts)
         self.kernels = [_copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
         self.typed = False  # scalar argument dtypes declared on self.kernels
@@ -238,12 +239,12 @@ class Call:
     def run_launch(self, launch, target: FusedKernel, inputs, on_build=None, label=None):
         """Allocate the outputs, bind the buffers and enqueue one configured launch (built on demand), in the
         lane where it runs cheapest."""
-        builts, lane, cut = None, THREADED, None
+        builts, lane, split = None, THREADED, None
         if not launch.empty:
             lane = self.runtime.lane(launch)[0]
             builts = on_build(launch.spec, lane) if on_build else self.runtime.build(launch.spec, lane)[0]
-            cut = self.runtime.split_point(launch) if lane == SPLIT else None
-        return self.enqueue(Bound(launch, builts, label or target.__name__, lane=lane, cut=cut), inputs)
+            split = self.runtime.split_point(launch) if lane == SPLIT else None
+        return self.enqueue(Bound(launch, builts, label or target.__name__, lane=lane, split=split), inputs)
 
     def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False):
         """Allocate the outputs (unless given: planned ones), bind this call's buffers into the bound argument
@@ -330,11 +331,13 @@ class Call:
                                                launch.local_size)
             self.events.append((bound.label, event))
             return
-        rest = launch.global_size[1:]
-        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], (launch.global_size[0] - bound.cut, *rest),
-                                            launch.local_size, global_work_offset=(bound.cut,) + (0,) * len(rest))
+        dim, cut, size = bound.split_dim, bound.cut, launch.global_size
+        theirs, offset, mine = list(size), [0] * len(size), list(size)
+        theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
+        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, launch.local_size,
+                                            global_work_offset=offset)
         device.queue.flush()
-        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], (bound.cut, *rest), launch.local_size)
+        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, launch.local_size)
         self.events.append((bound.label, SplitEvents(worker, here, bound)))
         self.threaded, self.last_event = True, worker
 

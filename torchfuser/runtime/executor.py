@@ -76,10 +76,10 @@ class KernelStep:
         launch = configure(target, args, call.runtime.device.type_name)
         lane = THREADED if launch.empty else self.plan.lanes.get(self.name) or call.runtime.lane(launch)[0]
         builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
-        cut = call.runtime.split_point(launch) if lane == SPLIT else None
-        if lane == SPLIT and cut is None:  # another layout than the plan's, too small to split
+        split = call.runtime.split_point(launch) if lane == SPLIT else None
+        if lane == SPLIT and split is None:  # another layout than the plan's, too small to split
             lane, builts = INLINE, self.plan.kernel_for(launch.spec, INLINE)
-        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, cut=cut)
+        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
             bound.planned = None if None in planned else planned

@@ -204,14 +204,15 @@ def _split(device, pair, items: int, local: int, share: float) -> None:
     wait_for_worker(device, event)
 
 
-def split_cut(launch, share: float) -> int | None:
-    """The first global index of the workers' part of dim 0 (a work-group boundary), or None if dim 0 holds
-    fewer than two work-groups."""
-    local = launch.local_size[0] if launch.local_size else 1
-    groups = launch.global_size[0] // local
-    if groups < 2:
+def split_cut(launch, share: float) -> tuple[int, int] | None:
+    """(dim, cut): the dim with the most work-groups (a GEMM of one panel splits its row stacks) and the first
+    global index of the workers' part along it (a work-group boundary); None if no dim holds two groups."""
+    local = launch.local_size or (1,) * len(launch.global_size)
+    groups = [size // step for size, step in zip(launch.global_size, local)]
+    dim = max(range(len(groups)), key=lambda d: (groups[d], -d))
+    if groups[dim] < 2:
         return None
-    return min(groups - 1, max(1, round(groups * share))) * local
+    return dim, min(groups[dim] - 1, max(1, round(groups[dim] * share))) * local[dim]
 
 
 class SplitEvents:
@@ -232,9 +233,9 @@ class SplitEvents:
     def _rebalance(self, worker, here) -> None:
         """Each side's rate this time, and the delay before the workers started, give the cut where both
         would end at once; the bound moves half way there (the rates are noisy)."""
-        bound = self.bound
-        local = bound.launch.local_size[0] if bound.launch.local_size else 1
-        size = bound.launch.global_size[0]
+        bound, dim = self.bound, self.bound.split_dim
+        local = bound.launch.local_size[dim] if bound.launch.local_size else 1
+        size = bound.launch.global_size[dim]
         mine, theirs = here.end - here.start, worker.end - worker.start
         if mine <= 0 or theirs <= 0:
             return

@@ -30,6 +30,9 @@ from torchfuser.runtime.launch import Launch
 POINTWISE_GROUP = 64  # work-items per group: 1024 float32 elements on the vector path; PoCL's cost per group
 # is a fifth of the kernel time at 16 items (a 1M-element silu*y+z in the calling thread: 631 us at 16, 526 at 64)
 ROW_GROUP = 16  # rows per group on the row schedule (each item computes a whole row)
+# fewer rows than a quarter of ROW_ITEMS_WANTED are cut into runs, a work-item each: enough items to keep every
+# core busy and to split a launch finely, runs still long enough to pay for an item's row setup
+ROW_ITEMS_WANTED, ROW_RUN_MIN = 256, 2048
 # the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
 # more at most, and no new kernel per size where a stride follows a symbolic size
 MAX_ROW_STEP = 4
@@ -159,13 +162,15 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str) -> Pointwi
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32
     steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
-    spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width, row_steps=steps)
     rows = numel // width
+    chunks = max(1, min(-(-ROW_ITEMS_WANTED // rows), width // ROW_RUN_MIN)) if rows < ROW_ITEMS_WANTED // 4 else 1
+    spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width, row_steps=steps,
+                         row_chunks=chunks)
     scalars = [index(rows)] + [index(s) for s in sizes]
     scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
     scalars += [index(x) for x, step in zip(last, steps) if step is None]
     outputs = [(shape, strides_in_order(shape, order), TORCH_DTYPES[d]) for d in program.output_dtypes]
-    groups = -(-rows // ROW_GROUP)
+    groups = -(-rows * chunks // ROW_GROUP)
     return PointwiseLaunch(spec, (groups * ROW_GROUP,), outputs, scalars, local_size=(ROW_GROUP,))
 
 

@@ -8,7 +8,9 @@ import torchfuser
 from eager_compare import assert_close
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.lanes import HOST_THREADS, INLINE, OPENMP_SPIN_SECONDS, SPLIT, THREADED, LaneRates, plan_lanes
+from torchfuser.runtime.lanes import (
+    HOST_THREADS, INLINE, OPENMP_SPIN_SECONDS, SPLIT, THREADED, LaneRates, plan_lanes, split_cut,
+)
 
 RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, split_bytes_per_s=45e9,
                   split_flops_per_s=200e9, wake_seconds=40e-6, inline_launch_seconds=1.5e-6,
@@ -117,3 +119,36 @@ def test_every_kind_computes_the_same_in_either_lane(lane, monkeypatch):
     report = torchfuser.last_report()
     assert {k.kind for k in report.kernels} >= {"gemm", "reduction", "attention"}
     assert {k.lane for k in report.kernels} == {lane}
+
+
+class _Grid:
+    def __init__(self, global_size, local_size):
+        self.global_size, self.local_size = global_size, local_size
+
+
+def test_a_split_divides_the_dim_with_the_most_work_groups():
+    assert split_cut(_Grid((96,), (1,)), 0.5) == (0, 48)
+    assert split_cut(_Grid((1, 196, 1), (1, 1, 1)), 0.5) == (1, 98)  # a GEMM of one panel: its row stacks
+    assert split_cut(_Grid((6, 196, 1), (1, 1, 1)), 0.25) == (1, 49)
+    assert split_cut(_Grid((64, 4), (64, 1)), 0.5) == (1, 2)  # one group of 64 along dim 0
+    assert split_cut(_Grid((16,), (16,)), 0.5) is None  # one work-group: nothing to divide
+    assert split_cut(_Grid((8, 8), (1, 1)), 0.99) == (0, 7)  # each side keeps at least one group
+
+
+@pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
+def test_a_gemm_of_one_panel_splits_its_rows_between_the_threads(monkeypatch):
+    """N = 24 columns make one packed panel: the split divides the row stacks (grid dim 1), both halves agree
+    with eager (2999 rows: the last stack is ragged), and the cut moves with the measured balance without
+    leaving the grid."""
+    monkeypatch.setattr(Runtime.for_device(get_device()), "_rates", RATES)
+    torch.manual_seed(0)
+    model = nn.Linear(96, 24).eval()
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        for _ in range(25):  # the first calls are profiled: each moves the cut
+            x = torch.randn(2999, 96)
+            assert_close(compiled(x), model(x))
+    plan = torchfuser.last_report().plan
+    bounds = [b for step in plan.steps if hasattr(step[2], "bound") for b in step[2].bound.values()]
+    split = [b for b in bounds if b.lane == SPLIT]
+    assert split and all(b.split_dim == 1 and 0 < b.cut < b.launch.global_size[1] for b in split)

@@ -1,6 +1,7 @@
 """PointwiseSpec with `row_length` → OpenCL C: the row schedule for programs that index the last dim.
 
-Each work-item computes one row along the output's last dim (innermost in memory). The row's outer
+Each work-item computes one row along the output's last dim (innermost in memory), or one run of it where
+a few long rows would leave most work-items idle (`row_chunks`). The row's outer
 coordinates and every input's row base are computed once; then the row is split at compile time into
 segments where every `lt(last_index, c)` is constant and every remapped read is in bounds (index-set
 splitting). Each segment runs its own folded program: a cat's selects, the dead operand and the clamps
@@ -28,7 +29,13 @@ def rows_source(spec: PointwiseSpec) -> str:
                for d in range(spec.ndim)]
     steps = spec.row_steps or (None,) * program.n_inputs
     params += [f"const {idx} lst{i}" for i, step in enumerate(steps) if step is None]
-    lines = [f"const {idx} row = ({idx})get_global_id(0);", "if (row >= nrows) return;", f"{idx} rem = row;"]
+    chunks, span = spec.row_chunks, chunk_span(spec)
+    if chunks == 1:
+        lines = [f"const {idx} row = ({idx})get_global_id(0);", "if (row >= nrows) return;"]
+    else:  # work-item k computes run k % chunks of row k / chunks
+        lines = [f"const {idx} item = ({idx})get_global_id(0), row = item / {chunks};", "if (row >= nrows) return;",
+                 f"const {idx} j0 = (item - row * {chunks}) * {span}, j1 = min(j0 + {span}, ({idx}){width});"]
+    lines.append(f"{idx} rem = row;")
     for d in range(spec.ndim - 1, 0, -1):
         lines.append(f"const {idx} c{d} = rem % size{d}; rem /= size{d};")
     lines.append(f"const {idx} c0 = rem;")
@@ -37,7 +44,7 @@ def rows_source(spec: PointwiseSpec) -> str:
         lines.append(f"const {idx} b{i} = off{i}{' + ' + outer if outer else ''};")
     lines.append(f"const {idx} o = row * {width};")
     for lo, hi in segments(program, width):
-        lines += _segment_loop(program, idx, lo, hi, steps)
+        lines += _segment_loop(program, idx, lo, hi, steps, chunked=chunks > 1)
     body, params = "\n  ".join(lines), ",\n    ".join(params)
     return f"""{PREAMBLE}{helpers_for([program])}
 __kernel void {spec.kernel_name}(
@@ -46,6 +53,12 @@ __kernel void {spec.kernel_name}(
   {body}
 }}
 """
+
+
+def chunk_span(spec: PointwiseSpec) -> int:
+    """Elements of a row one work-item computes: the row cut into row_chunks runs of whole 16-float vectors."""
+    span = -(-spec.row_length // spec.row_chunks)
+    return -(-span // 16) * 16
 
 
 def segments(program: Program, width: int) -> list[tuple[int, int]]:
@@ -99,7 +112,7 @@ def specialise(program: Program, lo: int, hi: int) -> tuple[Program, list[int]]:
     return builder.build([new[v] for v in outputs]), inputs
 
 
-def _segment_loop(program: Program, idx: str, lo: int, hi: int, steps: tuple) -> list[str]:
+def _segment_loop(program: Program, idx: str, lo: int, hi: int, steps: tuple, chunked: bool) -> list[str]:
     part, inputs = specialise(program, lo, hi)
     loads = []
     for k, i in enumerate(inputs):
@@ -117,7 +130,8 @@ def _segment_loop(program: Program, idx: str, lo: int, hi: int, steps: tuple) ->
     body, outputs = program_statements(part, [f"x{k}" for k in range(len(inputs))])
     stores = [f"out{j}[o + jlast] = {name};" for j, name in enumerate(outputs)]
     inner = "\n    ".join(loads + body + stores)
-    return [f"for ({idx} jlast = {lo}; jlast < {hi}; ++jlast) {{", f"  {inner}", "}"]
+    start, end = (f"max(({idx}){lo}, j0)", f"min(({idx}){hi}, j1)") if chunked else (lo, hi)
+    return [f"for ({idx} jlast = {start}; jlast < {end}; ++jlast) {{", f"  {inner}", "}"]
 
 
 def _compares_last_index(program: Program, ins) -> bool:

@@ -50,6 +50,9 @@ class PointwiseSpec(KernelSpec):
     # contiguous, a pooling's or convolution's stride), written into the source so that the compiler can hoist
     # or vectorise the loads; None: a stride passed at launch (one kernel serves every value of it)
     row_steps: tuple = ()
+    # row schedule: work-items per row, each computing one run of the row (a few long rows, as a padding or a
+    # concatenation over flattened dims makes, would otherwise leave most of the machine idle)
+    row_chunks: int = 1
 
     kind = "pointwise"
 
@@ -66,6 +69,8 @@ class PointwiseSpec(KernelSpec):
             raise ValueError("the row schedule takes scalar or strided outer layouts, no vectors")
         if self.row_steps and (not self.row_length or len(self.row_steps) != self.program.n_inputs):
             raise ValueError("row steps: one per input, on the row schedule only")
+        if self.row_chunks < 1 or (self.row_chunks > 1 and not self.row_length):
+            raise ValueError("row chunks: at least 1, more on the row schedule only")
 
     @property
     def elements_per_item(self) -> int:
@@ -76,7 +81,8 @@ class PointwiseSpec(KernelSpec):
             f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
             f"items={self.items_per_thread} vector={self.vector_width}"
             f"{f' rows={self.row_length}' if self.row_length else ''}"
-            f"{f' steps={self.row_steps}' if self.row_steps else ''}\n{self.program.text()}"
+            f"{f' steps={self.row_steps}' if self.row_steps else ''}"
+            f"{f' chunks={self.row_chunks}' if self.row_chunks > 1 else ''}\n{self.program.text()}"
         )
 
 
