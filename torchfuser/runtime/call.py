@@ -25,6 +25,7 @@ from torchfuser.runtime.lanes import (
     HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, lane_rates, plan_lanes, split_cut, wait_for_worker,
 )
 from torchfuser.runtime.launch import Launch, configure
+from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
 
 logger = logging.getLogger("torchfuser")
@@ -83,6 +84,8 @@ class Runtime:
         # launches only slows them down (measured 15-30% per call on 2 vCPUs), so a call prepares every launch
         # first and enqueues them together when something waits. A GPU starts each kernel when it is enqueued.
         self.defer_launches = device.type_name == "CPU"
+        # the workers' lingers: None without an in-thread companion (nothing splits), False until first needed
+        self._linger: WorkerLinger | None | bool = None if device.inline is None or not LINGER_SECONDS else False
 
     @classmethod
     def for_device(cls, device) -> "Runtime":
@@ -125,6 +128,23 @@ class Runtime:
         if self._rates is None:
             self._rates = lane_rates(self.device)
         return self._rates
+
+    @property
+    def linger(self) -> WorkerLinger | None:
+        """The workers' lingers (linger.py), on a device with an in-thread companion."""
+        if self._linger is False:
+            cl = _cl or _pyopencl()
+            try:
+                self._linger = WorkerLinger(self.device)
+            except cl.Error as error:  # the launches still run, each split waking the workers
+                logger.warning("torchfuser: the workers' linger kernel failed (%s); split launches wake them", error)
+                self._linger = None
+        return self._linger
+
+    def release_workers(self) -> None:
+        """Host work on PyTorch's threads is next: let the workers' cores go."""
+        if self._linger:
+            self._linger.release()
 
     def split_point(self, launch: Launch) -> tuple[int, int] | None:
         """(dim, cut): where a split launch divides; the calling thread's work-groups come first."""
@@ -255,6 +275,8 @@ class Call:
             outs = [allocate(layout) for layout in bound.outputs]
         launch = bound.launch
         if not launch.empty:
+            if launch.host_threads:
+                self.runtime.release_workers()
             if bound.prepares:
                 inputs = launch.prepare(list(inputs), self)
             if not (same_offsets and bound.addresses is not None and self._armed_for(bound, inputs, outs)):
@@ -336,6 +358,9 @@ class Call:
         theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
         worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, launch.local_size,
                                             global_work_offset=offset)
+        linger = self.runtime.linger
+        if linger is not None:
+            linger.follow()
         device.queue.flush()
         here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, launch.local_size)
         self.events.append((bound.label, SplitEvents(worker, here, bound)))
@@ -392,7 +417,9 @@ class Call:
         return bool(self.dirty) and any(storage_span(t)[0] in self.dirty for t in tensors)
 
     def before_host_read(self, tensors) -> None:
-        """PyTorch is about to read these on the host: wait for the kernels that write them."""
+        """PyTorch is about to read these on the host: wait for the kernels that write them (and let the
+        workers' cores go: the op may run on PyTorch's threads)."""
+        self.runtime.release_workers()
         if self.reads_pending(tensors):
             self.sync()
 
@@ -413,7 +440,7 @@ class Call:
         self.flush()
         if self.threaded:
             if self.runtime.device.inline is not None:
-                wait_for_worker(self.runtime.device, self.last_event)
+                wait_for_worker(self.runtime.device, self.last_event, finish=self.runtime.linger is None)
             else:
                 self.binding.to_host()
             self.threaded, self.last_event = False, None

@@ -253,15 +253,16 @@ class _Span:
         self.start, self.end = start, end
 
 
-def wait_for_worker(device, event) -> None:
+def wait_for_worker(device, event, finish: bool = True) -> None:
     """Spin until the workers finished `event` (a blocked thread on an idle vCPU wakes tens of us late), then
-    finish the queue (which holds nothing more by then)."""
+    finish the queue (which holds nothing more by then, unless a linger follows: linger.py)."""
     import pyopencl as cl
 
     complete = cl.command_execution_status.COMPLETE
     while event.command_execution_status != complete:
         pass
-    device.queue.finish()
+    if finish:
+        device.queue.finish()
 
 
 def _best(run, repeats: int = 5) -> float:

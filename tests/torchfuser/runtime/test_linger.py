@@ -1,0 +1,77 @@
+"""The workers' lingers: released by the next worker part or by host work, ending by themselves otherwise."""
+
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+from eager_compare import assert_close
+from torchfuser.runtime.call import Runtime
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.lanes import HOST_THREADS, SPLIT
+from torchfuser.runtime.linger import LINGER_SECONDS
+
+pytestmark = pytest.mark.skipif(get_device() is None or get_device().inline is None,
+                                reason="needs PoCL's two devices")
+
+
+def test_a_release_flips_the_flag_once_and_a_linger_nobody_releases_ends_by_itself():
+    runtime = Runtime.for_device(get_device())
+    linger = runtime.linger
+    runtime.release_workers()
+    parity = int(linger.flag[0])
+    linger.follow()  # enqueued polling while the flag holds `parity`
+    assert linger.pending and int(linger.flag[0]) == parity
+    linger.release()
+    linger.release()  # nothing pending: no second flip (it would strand the next linger's parity)
+    assert not linger.pending and int(linger.flag[0]) == 1 - parity
+    linger.follow()
+    started = time.perf_counter()
+    get_device().queue.finish()  # waits for the unreleased linger: its polls are bounded
+    assert time.perf_counter() - started < 1000 * LINGER_SECONDS
+    linger.release()
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Every launch split, whatever this machine's rates would choose."""
+    monkeypatch.setattr(Runtime, "lanes", lambda self, launches: [(SPLIT, "forced") for x in launches
+                                                                  if x is not None and x != HOST_THREADS])
+    monkeypatch.setattr(Runtime, "lane", lambda self, launch: (SPLIT, "forced"))
+
+
+def test_split_launches_leave_a_linger_that_a_pytorch_fallback_releases(split_everything):
+    """A GEMV splits (a linger follows its workers' part); the cumsum after it runs in PyTorch, so the linger
+    is released before it; results agree with eager on every call."""
+    torch.manual_seed(0)
+    weight = nn.Linear(768, 3072).eval()
+
+    def fn(x):
+        return torch.cumsum(weight(x), -1)
+
+    runtime = Runtime.for_device(get_device())
+    with torch.no_grad():
+        compiled = torchfuser.compile(fn)
+        for _ in range(4):
+            x = torch.randn(1, 768)
+            assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-3)
+            assert not runtime.linger.pending  # the split's linger was released for the cumsum
+    report = torchfuser.last_report()
+    assert [k.lane for k in report.kernels if k.kind == "gemm"] == [SPLIT]
+    assert [f.op for f in report.fallbacks] == ["aten.cumsum.default"]
+
+
+def test_a_split_launch_leaves_its_workers_lingering_after_the_call(split_everything):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(768, 3072), nn.Linear(3072, 768)).eval()
+    runtime = Runtime.for_device(get_device())
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        for _ in range(3):
+            x = torch.randn(1, 768)
+            assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+            assert runtime.linger.pending  # behind the last split's workers' part
+    assert [k.lane for k in torchfuser.last_report().kernels] == [SPLIT, SPLIT]
+    runtime.release_workers()

@@ -1,0 +1,89 @@
+"""Keeping PoCL's worker threads awake for a moment after their part of a split launch.
+
+A worker that finds no work sleeps at once; the next enqueue must wake it, and on a virtual machine whose
+idle vCPU has halted that wake blocks the enqueuing (calling) thread for tens of microseconds, every time,
+before it can start its own part. Host work between two split launches (a plan's Python, an in-thread
+kernel) is usually longer than that, so nearly every split launch paid it.
+
+OpenMP's answer is to spin: its threads wait a while for the next parallel region before they sleep. Ours
+is the same, done with a kernel: behind each worker part the queue holds a `linger` launch that polls a
+flag in host memory for up to LINGER_SECONDS. The next worker part is enqueued behind it and then the flag
+is flipped, so the linger returns and the workers, still awake, take the part at once. A linger nobody
+releases ends by itself; host work that needs the workers' cores (a PyTorch op on its OpenMP threads)
+releases it first.
+
+Each linger polls while the flag holds the value it was enqueued with (`parity`); a release flips the flag,
+which ends the running linger and no later one (those are enqueued with the new value).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from torchfuser.runtime.kernel_cache import build_quietly
+from torchfuser.runtime.memory import ALIGNMENT
+
+LINGER_SECONDS = 200e-6  # about one decode step's host work between two of its split launches
+_SOURCE = """
+__kernel void linger(volatile __global const int* flag, const int parity, const int polls) {
+  for (int i = 0; i < polls && flag[0] == parity; ++i) { }
+}
+"""
+
+
+class WorkerLinger:
+    """The linger launches of one device's worker threads (a device with an in-thread companion)."""
+
+    def __init__(self, device):
+        import pyopencl as cl
+
+        self.device = device
+        raw = np.zeros(2 * ALIGNMENT // 4, np.int32)  # the flag's cache line, 64-byte aligned for PoCL
+        start = (-raw.ctypes.data) % ALIGNMENT // 4
+        self.flag = raw[start:start + ALIGNMENT // 4]
+        self._raw = raw
+        buffer = cl.Buffer(device.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=self.flag)
+        program = build_quietly(cl.Program(device.context, _SOURCE), [device.cl_device, device.inline.cl_device],
+                                options="")
+        polls = self._polls_for(program, buffer, LINGER_SECONDS)
+        self.kernels = []
+        for parity in (0, 1):
+            kernel = cl.Kernel(program, "linger")
+            kernel.set_args(buffer, np.int32(parity), np.int32(polls))
+            self.kernels.append(kernel)
+        self._buffer = buffer  # set_args does not keep it alive
+        self.workers = device.cl_device.max_compute_units
+        self.pending = False  # a linger was enqueued and no release has followed
+
+    def follow(self) -> None:
+        """Release the running linger (the caller has just enqueued the workers' next part behind it) and
+        enqueue a new one behind that part."""
+        import pyopencl as cl
+
+        self.release()
+        cl.enqueue_nd_range_kernel(self.device.queue, self.kernels[int(self.flag[0])], (self.workers,), (1,))
+        self.pending = True
+
+    def release(self) -> None:
+        """End the running linger (if any): the workers go back to sleep, or to what is queued behind it."""
+        if self.pending:
+            self.flag[0] ^= 1
+            self.pending = False
+
+    def _polls_for(self, program, buffer, seconds: float) -> int:
+        """Polls that take about `seconds`, timed in the calling thread (the flag never changes there)."""
+        import pyopencl as cl
+
+        kernel = cl.Kernel(program, "linger")
+        probe = 4096
+        kernel.set_args(buffer, np.int32(int(self.flag[0])), np.int32(probe))
+        queue = self.device.inline.queue
+        cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))  # the first launch compiles the work-group function
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))
+            best = min(best, time.perf_counter() - started)
+        return max(1, int(probe * seconds / max(best, 1e-9)))
