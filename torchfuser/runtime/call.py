@@ -119,10 +119,17 @@ class Runtime:
                 works.append(x)
             else:  # an extern GEMM's host BLAS runs on PyTorch's threads before its epilogue kernel
                 works += [HOST_THREADS, (x.flops, x.nbytes)] if x.host_threads else [(x.flops, x.nbytes)]
-        chosen = plan_lanes(self.rates(), works)
-        # a launch of one work-group (along the split dim) cannot be split: it runs in the calling thread
-        return [(INLINE, "in the calling thread: one work-group") if lane == SPLIT and split_cut(x, 0.5) is None
-                else (lane, why) for x, (lane, why) in zip(present, chosen)]
+        chosen = []
+        for x, (lane, why) in zip(present, plan_lanes(self.rates(), works)):
+            split = split_cut(x, 0.5) if lane == SPLIT else None
+            if lane == SPLIT and split is None:  # one work-group along every dim: nothing to divide
+                lane, why = INLINE, "in the calling thread: one work-group"
+            elif split is not None:
+                dim = split[0]
+                groups = x.global_size[dim] // (x.local_size[dim] if x.local_size else 1)
+                why += f"; divided along grid dim {dim} ({groups} work-groups)"
+            chosen.append((lane, why))
+        return chosen
 
     def rates(self):
         if self._rates is None:

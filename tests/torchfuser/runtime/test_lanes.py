@@ -152,3 +152,5 @@ def test_a_gemm_of_one_panel_splits_its_rows_between_the_threads(monkeypatch):
     bounds = [b for step in plan.steps if hasattr(step[2], "bound") for b in step[2].bound.values()]
     split = [b for b in bounds if b.lane == SPLIT]
     assert split and all(b.split_dim == 1 and 0 < b.cut < b.launch.global_size[1] for b in split)
+    (kernel,) = torchfuser.last_report().kernels
+    assert kernel.lane == SPLIT and "divided along grid dim 1" in kernel.lane_reason
