@@ -42,8 +42,7 @@ class WorkerLinger:
         self.device = device
         raw = np.zeros(2 * ALIGNMENT // 4, np.int32)  # the flag's cache line, 64-byte aligned for PoCL
         start = (-raw.ctypes.data) % ALIGNMENT // 4
-        self.flag = raw[start:start + ALIGNMENT // 4]
-        self._raw = raw
+        self.flag = raw[start:start + ALIGNMENT // 4]  # a view: it keeps `raw` alive
         buffer = cl.Buffer(device.context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=self.flag)
         program = build_quietly(cl.Program(device.context, _SOURCE), [device.cl_device, device.inline.cl_device],
                                 options="")
