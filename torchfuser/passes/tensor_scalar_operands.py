@@ -12,39 +12,104 @@ category), so the op computes in the result dtype with the value rounded to it, 
 
     before:  eps = _local_scalar_dense(arg4_1); a = add(var, eps)        # var [s0, s1, 1] float32
     after:   a = add(var, arg4_1)                                        # arg4_1 [] float64
+
+The number may first go through host arithmetic (GPT-2's gelu_new scales by math.sqrt(2.0 / math.pi), and
+with dynamic shapes pi arrives as a 0-d tensor): `+ - * /`, negation and sqrt of such numbers and Python
+constants become the same ATen ops on the 0-d float64 tensors, when every use of the result ends in an
+elementwise op that takes the tensor. Both sides compute in float64 with correctly rounded operations, so
+the values are the host's exactly.
+
+    before:  pi = _local_scalar_dense(arg24_1); r = truediv(2.0, pi); c = _sym_sqrt(r); y = mul(x, c)
+    after:   two = full([], 2.0, float64); r = div(two, arg24_1); c = sqrt(r); y = mul(x, c)
 """
 
 from __future__ import annotations
+
+import math
+import operator
 
 import torch
 import torch.fx as fx
 
 from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
-from torchfuser.passes.base import PassResult, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops
 
 aten = torch.ops.aten
 NAME = "tensor_scalar_operands"
 
 
+# host arithmetic on numbers -> the ATen op computing the same on 0-d tensors (unary: one operand)
+_ARITHMETIC = {operator.add: aten.add.Tensor, operator.sub: aten.sub.Tensor, operator.mul: aten.mul.Tensor,
+               operator.truediv: aten.div.Tensor, operator.neg: aten.neg.default, torch._sym_sqrt: aten.sqrt.default,
+               math.sqrt: aten.sqrt.default}
+
+
 def tensor_scalar_operands(gm: fx.GraphModule) -> PassResult:
     before = count_ops(gm)
+    tensors: dict[fx.Node, fx.Node] = {}  # a number on the host -> the 0-d tensor that holds it
+    made: list[fx.Node] = []  # the ATen ops this pass adds for host arithmetic
+    for node in list(gm.graph.nodes):
+        if node.target is aten._local_scalar_dense.default:
+            meta = tensor_meta(node.args[0])
+            if meta is not None and meta.dim() == 0 and meta.dtype.is_floating_point:
+                tensors[node] = node.args[0]
+        elif node.target in _ARITHMETIC and _all_uses_take_tensors(node):
+            as_tensor = _carried(gm.graph, node, tensors, made)
+            if as_tensor is not None:
+                tensors[node] = as_tensor
     rewritten = 0
-    for read in [n for n in gm.graph.nodes if n.target is aten._local_scalar_dense.default]:
-        source = read.args[0]
-        meta = tensor_meta(source)
-        if meta is None or meta.dim() != 0 or not meta.dtype.is_floating_point:
-            continue
-        for user in list(read.users):
-            if _takes_a_tensor(user, read):
-                user.replace_input_with(read, source)
+    for number, tensor in tensors.items():
+        for user in list(number.users):
+            if _takes_a_tensor(user, number):
+                user.replace_input_with(number, tensor)
                 rewritten += 1
-        if not read.users:
-            gm.graph.erase_node(read)
-    if rewritten:
+    carried = 0  # host operations now computed on tensors
+    for node in reversed([*tensors, *made]):  # users before what they use
+        if not node.users:
+            carried += node.target in _ARITHMETIC
+            gm.graph.erase_node(node)
+    if rewritten or made:
         gm.graph.lint()
         gm.recompile()
-    return PassResult(gm, rewritten > 0, {"operands": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return PassResult(gm, rewritten > 0, {"operands": rewritten, "host_arithmetic": carried,
+                                          "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def _all_uses_take_tensors(node: fx.Node) -> bool:
+    """Every use of this number is more host arithmetic of the kind carried over, or an elementwise op that
+    takes a tensor in its place (a use as a size or an index keeps the number)."""
+    return bool(node.users) and all(
+        _all_uses_take_tensors(user) if user.target in _ARITHMETIC else _takes_a_tensor(user, node)
+        for user in node.users)
+
+
+def _carried(graph: fx.Graph, node: fx.Node, tensors: dict, made: list) -> fx.Node | None:
+    """The ATen op computing `node` on the 0-d tensors of its carried operands (inserted after node), or None
+    when an operand is neither a carried number nor a Python number."""
+    operands = []
+    for a in node.args:
+        if isinstance(a, fx.Node) and a in tensors:
+            operands.append(tensors[a])
+        elif isinstance(a, (int, float)) and not isinstance(a, bool):
+            operands.append(float(a))
+        else:
+            return None
+    some = next((a for a in operands if isinstance(a, fx.Node)), None)
+    if some is None:
+        return None
+    anchor = node
+    if not isinstance(operands[0], fx.Node):  # number op tensor: the number as a 0-d constant of that tensor
+        meta = some.meta["val"]
+        with graph.inserting_after(anchor):
+            anchor = graph.call_function(aten.full.default, ([], operands[0]), {
+                "dtype": meta.dtype, "device": meta.device, "pin_memory": False})
+        anchor.meta["val"] = meta.new_full([], operands[0])
+        operands[0] = anchor
+        made.append(anchor)
+    with graph.inserting_after(anchor):
+        result = call_with_value(graph, _ARITHMETIC[node.target], operands)
+    made.append(result)
+    return result
 
 
 def _takes_a_tensor(user: fx.Node, read: fx.Node) -> bool:

@@ -1,11 +1,16 @@
 """tensor_scalar_operands: numbers Dynamo passes as 0-d tensors (dynamic=True) join kernels; numerics as eager."""
 
+import copy
+import math
+
 import pytest
 import torch
 import torch.nn as nn
 
 import torchfuser
 from eager_compare import assert_close
+from torchfuser.passes import register_pass
+from torchfuser.passes.tensor_scalar_operands import tensor_scalar_operands
 
 
 class RMSNorm(nn.Module):
@@ -73,3 +78,65 @@ def test_a_zero_dim_partner_keeps_the_number():
     assert out.dtype == torch.float32
     (record,) = [p for p in report.passes if p.name == "tensor_scalar_operands"]
     assert not record.modified, "s * scale has a 0-d partner: the number must stay a number"
+
+
+class HostArithmetic(nn.Module):
+    """GPT-2's gelu_new scale, math.sqrt(2.0 / pi), and the other host operations on unspecialised floats."""
+
+    def __init__(self):
+        super().__init__()
+        self.pi, self.a, self.b = math.pi, 0.3, 2.5
+
+    def forward(self, x):
+        scale = math.sqrt(2.0 / self.pi)
+        y = 0.5 * x * (1.0 + torch.tanh(scale * (x + 0.044715 * torch.pow(x, 3.0))))
+        return y * (1.0 - self.a) + x * (-self.b) + x / (self.a * self.b + 0.5)
+
+
+@pytest.mark.parametrize("t", [1, 9])
+def test_host_arithmetic_on_dynamic_floats_runs_in_kernels_with_the_hosts_values(t):
+    model, x = HostArithmetic(), torch.randn(2, t, 16)
+    out, report = compiled(model, True, x)
+    assert_close(out, model(x))
+    assert report.fallbacks == [], [(f.op, f.reason) for f in report.fallbacks]
+    (record,) = [p for p in report.passes if p.name == "tensor_scalar_operands"]
+    assert record.modified and record.stats["host_arithmetic"] == 6  # /, sqrt, 1 - a, -b, a * b, + 0.5
+
+
+def test_a_number_from_host_arithmetic_used_as_a_number_stays_on_the_host():
+    """torch.full's fill value is a number, not an elementwise operand: that chain is not carried over."""
+    class Fill(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = 0.25
+
+        def forward(self, x):
+            return x + torch.full((x.shape[-1],), 2.0 * self.a)
+
+    model, x = Fill(), torch.randn(3, 8)
+    out, report = compiled(model, True, x)
+    assert_close(out, model(x))
+    (record,) = [p for p in report.passes if p.name == "tensor_scalar_operands"]
+    assert record.stats["host_arithmetic"] == 0
+
+
+def test_the_pass_alone_removes_the_host_steps_and_a_second_run_changes_nothing():
+    runs = []
+
+    def twice(gm):
+        first = tensor_scalar_operands(gm)
+        second = tensor_scalar_operands(copy.deepcopy(first.gm))
+        runs.append((first, second))
+        return first
+
+    register_pass("tensor_scalar_operands", twice)
+    try:
+        model, x = HostArithmetic(), torch.randn(2, 5, 16)
+        out, _ = compiled(model, True, x)
+    finally:
+        register_pass("tensor_scalar_operands", tensor_scalar_operands)
+    assert_close(out, model(x))
+    (first, second), = runs
+    assert first.modified and first.stats["nodes_after"] < first.stats["nodes_before"]
+    assert not any(n.target is torch.ops.aten._local_scalar_dense.default for n in first.gm.graph.nodes)
+    assert not second.modified and second.stats["nodes_after"] == first.stats["nodes_after"]
