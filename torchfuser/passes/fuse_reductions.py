@@ -11,8 +11,10 @@ Rule: each anchor, `_softmax`, `_log_softmax`, `native_layer_norm` (one normalis
   other operands broadcast to the rows (a row value used there must keep its dim); a further sum / mean /
   amax / var over the last dim of an element-level value becomes one more pass over the row, so a layernorm or
   softmax written out by hand (mean, then mean of squared deviations; amax, exp, sum) is one kernel too.
-Nodes used outside the kernel become its outputs. An operand that depends on the kernel's own results is
-never loaded (that would need a cycle). LLaMA's rmsnorm, pow -> mean.dim -> add -> rsqrt -> mul -> mul,
+A row value that reads a 0-d tensor (with dynamic shapes Dynamo passes rmsnorm's eps as one) cannot join a
+row stage, which reads no loads: it is computed per element instead (kept dim only, so it broadcasts along
+the row), and may then not be an output itself. Nodes used outside the kernel become its outputs. An operand
+that depends on the kernel's own results is never loaded (that would need a cycle). LLaMA's rmsnorm, pow -> mean.dim -> add -> rsqrt -> mul -> mul,
 is thus one kernel.
 
 Preconditions: float32 reduced input with a last dim of at least one element (rows may be zero); outputs
@@ -183,6 +185,8 @@ def _match(gm: fx.GraphModule, anchor: fx.Node, claimed: set) -> _Match | str | 
     _grow_epilogue(gm, m, claimed)
     if not any(_used_outside(m, node) for node in m.members):
         return None
+    if any(_per_element_row(m, node) and _used_outside(m, node) for node in m.epilogue):
+        return "a row value computed per element (it reads a 0-d tensor) is also read outside the kernel"
     return m
 
 
@@ -250,7 +254,29 @@ def _epilogue_level(m: _Match, node: fx.Node, members: set) -> str | None:
         return "element"
     if shape in m.row_shapes and all(m.is_row_level(i) and tuple(tensor_meta(i).shape) == shape for i in inputs):
         return "row"
+    if shape == m.row_shapes[1] and _computed_per_element(m, inputs, members, shape):
+        return "element"  # kept dim: it broadcasts along the row as the element ops read it
     return None
+
+
+def _computed_per_element(m: _Match, inputs, members: set, shape: tuple) -> bool:
+    """A row value that reads a 0-d tensor (an epsilon Dynamo passes as a runtime value), or one computed from
+    such a value: a row stage reads no loads, so it is computed per element, as the element ops reading it
+    are (an rsqrt per element instead of per row)."""
+    def zero_d(i):  # a loaded 0-d tensor (a constant is a literal, and rows take those as they are)
+        meta = tensor_meta(i)
+        return i not in members and meta is not None and meta.dim() == 0 and constant_value(i) is None
+
+    def row_shaped(i):
+        return (m.is_row_level(i) or m.is_element_level(i)) and tuple(tensor_meta(i).shape) == shape
+
+    return (any(zero_d(i) or _per_element_row(m, i) for i in inputs)
+            and all(zero_d(i) or row_shaped(i) for i in inputs))
+
+
+def _per_element_row(m: _Match, node: fx.Node) -> bool:
+    """A row-shaped value computed per element (see _epilogue_level)."""
+    return m.is_element_level(node) and tuple(tensor_meta(node).shape) != m.shape
 
 
 def _correction(node: fx.Node) -> float:

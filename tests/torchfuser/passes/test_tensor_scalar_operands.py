@@ -140,3 +140,32 @@ def test_the_pass_alone_removes_the_host_steps_and_a_second_run_changes_nothing(
     assert first.modified and first.stats["nodes_after"] < first.stats["nodes_before"]
     assert not any(n.target is torch.ops.aten._local_scalar_dense.default for n in first.gm.graph.nodes)
     assert not second.modified and second.stats["nodes_after"] == first.stats["nodes_after"]
+
+
+def test_a_dynamic_epsilon_stays_in_the_rmsnorm_kernel():
+    """The eps Dynamo passes as a 0-d tensor joins the reduction kernel (its row value, which reads a load, is
+    computed per element): RMSNorm is one kernel with dynamic shapes as with static ones."""
+    model, x = RMSNorm(), torch.randn(2, 7, 16)
+    out_dynamic, dynamic = compiled(model, True, x)
+    out_static, static = compiled(model, False, x)
+    assert_close(out_dynamic, model(x))
+    assert_close(out_static, model(x))
+    assert [k.kind for k in dynamic.kernels] == [k.kind for k in static.kernels] == ["reduction"]
+
+
+def test_a_row_value_with_a_dynamic_epsilon_read_outside_the_kernel_is_still_right():
+    """Such a row value computed per element cannot also be a row output: the reduction is left unfused."""
+    class MeanSquarePlusEps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.eps = 1e-5
+
+        def forward(self, x):
+            ms = x.pow(2).mean(-1, keepdim=True) + self.eps
+            return x * torch.rsqrt(ms), ms
+
+    model, x = MeanSquarePlusEps(), torch.randn(3, 5, 16)
+    out, report = compiled(model, True, x)
+    for got, want in zip(out, model(x)):
+        assert_close(got, want)
+        assert got.shape == want.shape
