@@ -23,6 +23,7 @@ from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import (
     HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, lane_rates, plan_lanes, split_cut, wait_for_worker,
+    work_groups,
 )
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
@@ -125,9 +126,7 @@ class Runtime:
             if lane == SPLIT and split is None:  # one work-group along every dim: nothing to divide
                 lane, why = INLINE, "in the calling thread: one work-group"
             elif split is not None:
-                dim = split[0]
-                groups = x.global_size[dim] // (x.local_size[dim] if x.local_size else 1)
-                why += f"; divided along grid dim {dim} ({groups} work-groups)"
+                why += f"; divided along grid dim {split[0]} ({work_groups(x, split[0])} work-groups)"
             chosen.append((lane, why))
         return chosen
 

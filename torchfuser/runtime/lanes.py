@@ -204,15 +204,23 @@ def _split(device, pair, items: int, local: int, share: float) -> None:
     wait_for_worker(device, event)
 
 
+def group_size(launch, dim: int) -> int:
+    """Work-items per work-group along dim (1 where the launch leaves the local size to the driver)."""
+    return launch.local_size[dim] if launch.local_size else 1
+
+
+def work_groups(launch, dim: int) -> int:
+    return launch.global_size[dim] // group_size(launch, dim)
+
+
 def split_cut(launch, share: float) -> tuple[int, int] | None:
     """(dim, cut): the dim with the most work-groups (a GEMM of one panel splits its row stacks) and the first
     global index of the workers' part along it (a work-group boundary); None if no dim holds two groups."""
-    local = launch.local_size or (1,) * len(launch.global_size)
-    groups = [size // step for size, step in zip(launch.global_size, local)]
-    dim = max(range(len(groups)), key=lambda d: (groups[d], -d))
-    if groups[dim] < 2:
+    dim = max(range(len(launch.global_size)), key=lambda d: (work_groups(launch, d), -d))
+    groups = work_groups(launch, dim)
+    if groups < 2:
         return None
-    return dim, min(groups[dim] - 1, max(1, round(groups[dim] * share))) * local[dim]
+    return dim, min(groups - 1, max(1, round(groups * share))) * group_size(launch, dim)
 
 
 class SplitEvents:
@@ -234,8 +242,7 @@ class SplitEvents:
         """Each side's rate this time, and the delay before the workers started, give the cut where both
         would end at once; the bound moves half way there (the rates are noisy)."""
         bound, dim = self.bound, self.bound.split_dim
-        local = bound.launch.local_size[dim] if bound.launch.local_size else 1
-        size = bound.launch.global_size[dim]
+        local, size = group_size(bound.launch, dim), bound.launch.global_size[dim]
         mine, theirs = here.end - here.start, worker.end - worker.start
         if mine <= 0 or theirs <= 0:
             return

@@ -42,6 +42,20 @@ def split_everything(monkeypatch):
     monkeypatch.setattr(Runtime, "lane", lambda self, launch: (SPLIT, "forced"))
 
 
+def linger_after_each_call(fn, calls: int, atol: float) -> list[bool]:
+    """fn compiled and called on fresh [1, 768] inputs, each result checked against eager; whether a linger
+    was pending after each call."""
+    runtime = Runtime.for_device(get_device())
+    pending = []
+    with torch.no_grad():
+        compiled = torchfuser.compile(fn)
+        for _ in range(calls):
+            x = torch.randn(1, 768)
+            assert_close(compiled(x), fn(x), rtol=1e-4, atol=atol)
+            pending.append(runtime.linger.pending)
+    return pending
+
+
 def test_split_launches_leave_a_linger_that_a_pytorch_fallback_releases(split_everything):
     """A GEMV splits (a linger follows its workers' part); the cumsum after it runs in PyTorch, so the linger
     is released before it; results agree with eager on every call."""
@@ -51,13 +65,7 @@ def test_split_launches_leave_a_linger_that_a_pytorch_fallback_releases(split_ev
     def fn(x):
         return torch.cumsum(weight(x), -1)
 
-    runtime = Runtime.for_device(get_device())
-    with torch.no_grad():
-        compiled = torchfuser.compile(fn)
-        for _ in range(4):
-            x = torch.randn(1, 768)
-            assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-3)
-            assert not runtime.linger.pending  # the split's linger was released for the cumsum
+    assert linger_after_each_call(fn, 4, atol=1e-3) == [False] * 4  # released for the cumsum
     report = torchfuser.last_report()
     assert [k.lane for k in report.kernels if k.kind == "gemm"] == [SPLIT]
     assert [f.op for f in report.fallbacks] == ["aten.cumsum.default"]
@@ -66,12 +74,6 @@ def test_split_launches_leave_a_linger_that_a_pytorch_fallback_releases(split_ev
 def test_a_split_launch_leaves_its_workers_lingering_after_the_call(split_everything):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(768, 3072), nn.Linear(3072, 768)).eval()
-    runtime = Runtime.for_device(get_device())
-    with torch.no_grad():
-        compiled = torchfuser.compile(model)
-        for _ in range(3):
-            x = torch.randn(1, 768)
-            assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
-            assert runtime.linger.pending  # behind the last split's workers' part
+    assert linger_after_each_call(model, 3, atol=1e-4) == [True] * 3  # behind the last split's workers' part
     assert [k.lane for k in torchfuser.last_report().kernels] == [SPLIT, SPLIT]
-    runtime.release_workers()
+    Runtime.for_device(get_device()).release_workers()
