@@ -63,7 +63,7 @@ def _binder(function: types.FunctionType):
 
         return bind_star
 
-    signature = inspect.signature(function)
+    signature = inspect.signature(function, follow_wrapped=False)  # the code's own parameters, not __wrapped__'s
     positional = code.co_varnames[:code.co_argcount]
     simple = not (varargs or varkw or code.co_kwonlyargcount or function.__defaults__)
 

@@ -188,13 +188,14 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "split_dim", "cut", "planned", "planned_buffers", "memo", "offsets", "addresses",
+                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "planned", "planned_buffers", "memo", "offsets", "addresses",
                  "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
                  lane: str = THREADED, split: tuple[int, int] | None = None):
         self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
         self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
+        self.recent_cuts: list[float] = []  # balanced cuts estimated from recent profiles (lanes.SplitEvents)
         self.exclusive = exclusive and bool(builts)
         self.kernels = [_copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
         self.typed = False  # scalar argument dtypes declared on self.kernels

@@ -132,6 +132,26 @@ def _flatten(value):
 
 KERNEL, VIEW, FALLBACK, ATTR = range(4)
 
+aten = torch.ops.aten
+# View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
+# the OpOverload's Python wrapper and schema-driven argument parsing. That path is short when warm, but the first
+# op after a kernel that streamed megabytes through this core's caches runs it from cold caches: its code
+# costs there what a decode step's small kernels do.
+_VIEW_METHODS = {
+    aten.view.default: torch.Tensor.view, aten.permute.default: torch.Tensor.permute, aten.t.default: torch.Tensor.t,
+    aten.transpose.int: torch.Tensor.transpose, aten.unsqueeze.default: torch.Tensor.unsqueeze,
+    aten.squeeze.dim: torch.Tensor.squeeze, aten.squeeze.dims: torch.Tensor.squeeze,
+    aten.squeeze.default: torch.Tensor.squeeze, aten.select.int: torch.Tensor.select,
+    aten.split_with_sizes.default: torch.Tensor.split_with_sizes, aten.unbind.int: torch.Tensor.unbind,
+    aten.unflatten.int: torch.Tensor.unflatten, aten.as_strided.default: torch.Tensor.as_strided,
+}
+
+
+def _view_function(node: fx.Node):
+    """What a view step calls: the Tensor method for node's op where it is the same call, else the op."""
+    method = _VIEW_METHODS.get(node.target)
+    return method if method is not None and not node.kwargs else node.target
+
 
 class Plan:
     """The steps of one graph, with liveness so intermediates are dropped after their last use."""
@@ -161,7 +181,7 @@ class Plan:
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS else FALLBACK)
-                target = node.target
+                target = _view_function(node) if kind == VIEW else node.target
                 if kind == KERNEL:
                     long_lived = [isinstance(a, fx.Node) and (owner[a].op in ("placeholder", "get_attr")
                                                               or owner[a] in blocks.of) for a in node.args]

@@ -42,6 +42,7 @@ OPENMP_SPIN_SECONDS = 0.015  # how long OpenMP's threads stay spinning after an 
 _RATES_KEY = "lane rates v5"  # v5: the FMA probe on the device's native vectors (float16 spilled on AVX2)
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
 _FMA_CHAINS = 8  # independent FMA chains per item: enough to cover the FMA latency on two pipes
+CUT_ESTIMATES = 5  # a split launch's cut: the median of this many recent balanced-cut estimates
 
 
 def _probes(width: int) -> str:
@@ -227,20 +228,24 @@ class SplitEvents:
     """A split launch's two events, profiled as one (from the earlier start to the later end); reading them
     also moves the launch's split point towards the one where both parts would have ended together."""
 
-    __slots__ = ("worker", "here", "bound")
+    __slots__ = ("worker", "here", "bound", "_span")
 
     def __init__(self, worker, here, bound):
         self.worker, self.here, self.bound = worker, here, bound  # bound: the launch's call.Bound (its cut)
+        self._span = None
 
     @property
     def profile(self):
-        worker, here = self.worker.profile, self.here.profile
-        self._rebalance(worker, here)
-        return _Span(min(worker.start, here.start), max(worker.end, here.end))
+        if self._span is None:  # read once: a second reading must not count the same sample again
+            worker, here = self.worker.profile, self.here.profile
+            self._rebalance(worker, here)
+            self._span = _Span(min(worker.start, here.start), max(worker.end, here.end))
+        return self._span
 
     def _rebalance(self, worker, here) -> None:
         """Each side's rate this time, and the delay before the workers started, give the cut where both
-        would end at once; the bound moves half way there (the rates are noisy)."""
+        would have ended at once; the bound takes the median of the last few such cuts (one call whose
+        workers woke late, or were interrupted, would throw a single estimate far off)."""
         bound, dim = self.bound, self.bound.split_dim
         local, size = group_size(bound.launch, dim), bound.launch.global_size[dim]
         mine, theirs = here.end - here.start, worker.end - worker.start
@@ -249,7 +254,13 @@ class SplitEvents:
         rate_here, rate_there = bound.cut / mine, (size - bound.cut) / theirs
         delay = worker.start - here.start
         balanced = (rate_here * rate_there * delay + rate_here * size) / (rate_here + rate_there)
-        groups = round((bound.cut + balanced) / 2 / local)
+        recent = bound.recent_cuts
+        recent.append(balanced)
+        if len(recent) > CUT_ESTIMATES:
+            del recent[0]
+        if len(recent) < 3:
+            return  # a median of fewer is as easily thrown as one estimate
+        groups = round(statistics.median(recent) / local)
         bound.cut = min(size // local - 1, max(1, groups)) * local
 
 

@@ -1,6 +1,8 @@
 """Replayed steady calls (frontend/replay.py): same results as eager, and every call Dynamo would compile
 again (or run otherwise) goes through Dynamo."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn as nn
@@ -59,6 +61,31 @@ def test_user_module_with_keywords_defaults_and_new_parameter():
     assert_close(compiled(x), model(x))
     model.linear.weight.mul_(3)  # and in-place updates are seen
     assert_close(compiled(x), model(x))
+
+
+def _passing_through(forward):
+    """A forward decorator as Hugging Face puts on its blocks: the code Dynamo translates is the wrapper's
+    (self, *args, **kwargs), while inspect.signature, following __wrapped__, shows the forward's own."""
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)
+    return wrapper
+
+
+class DecoratedScaled(Scaled):
+    forward = _passing_through(Scaled.forward)
+
+
+@torch.no_grad()
+def test_a_decorated_forward_is_replayed():
+    torch.manual_seed(0)
+    model = DecoratedScaled().eval()
+    compiled = torchfuser.compile(model)
+    x, y = torch.randn(3, 16), torch.randn(3, 24)
+    for _ in range(3):
+        assert_close(compiled(x), model(x))
+        assert_close(compiled(x, y, shift=0.5), model(x, y, shift=0.5))
+    assert compiled.replay.calls >= 4
 
 
 @torch.no_grad()

@@ -321,3 +321,34 @@ def test_kernel_copies_share_pyopencls_generated_argument_code():
         del buffer
     assert [out.tolist() for out in outs] == [[v + 0.5] * 4 for v in range(3)]
     assert len(generate.found) == generated + 1  # generated once, for the first copy
+
+
+VIEW_CALLS = [  # (op, arguments after the tensor) for each op the executor calls as a Tensor method
+    (torch.ops.aten.view.default, ([6, 4],)), (torch.ops.aten.permute.default, ([2, 0, 1],)),
+    (torch.ops.aten.t.default, ()), (torch.ops.aten.transpose.int, (0, 2)),
+    (torch.ops.aten.unsqueeze.default, (1,)), (torch.ops.aten.squeeze.dim, (0,)),
+    (torch.ops.aten.squeeze.dims, ([0, 1],)), (torch.ops.aten.squeeze.default, ()),
+    (torch.ops.aten.select.int, (2, 3)), (torch.ops.aten.split_with_sizes.default, ([1, 3], 2)),
+    (torch.ops.aten.unbind.int, (1,)), (torch.ops.aten.unflatten.int, (2, [2, 2])),
+    (torch.ops.aten.as_strided.default, ([2, 2], [4, 1], 3)),
+]
+
+
+@pytest.mark.parametrize("op, args", VIEW_CALLS, ids=[str(op) for op, _ in VIEW_CALLS])
+def test_view_steps_call_tensor_methods_that_make_the_op_s_views(op, args):
+    from torchfuser.runtime.executor import _VIEW_METHODS
+
+    base = torch.arange(24.0).reshape(2, 3, 4)
+    if op is torch.ops.aten.t.default:
+        base = base[0]
+    if op in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.default):
+        base = base[:1, :1]
+    method = _VIEW_METHODS[op]
+    expected, actual = op(base, *args), method(base, *args)
+    expected = expected if isinstance(expected, (list, tuple)) else [expected]
+    actual = actual if isinstance(actual, (list, tuple)) else [actual]
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert (a.shape, a.stride(), a.storage_offset()) == (e.shape, e.stride(), e.storage_offset())
+        assert a.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+        assert torch.equal(a, e)

@@ -9,7 +9,7 @@ from eager_compare import assert_close
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.lanes import (
-    HOST_THREADS, INLINE, OPENMP_SPIN_SECONDS, SPLIT, THREADED, LaneRates, plan_lanes, split_cut,
+    HOST_THREADS, INLINE, OPENMP_SPIN_SECONDS, SPLIT, THREADED, LaneRates, SplitEvents, plan_lanes, split_cut,
 )
 
 RATES = LaneRates(inline_bytes_per_s=25e9, inline_flops_per_s=100e9, split_bytes_per_s=45e9,
@@ -154,3 +154,42 @@ def test_a_gemm_of_one_panel_splits_its_rows_between_the_threads(monkeypatch):
     assert split and all(b.split_dim == 1 and 0 < b.cut < b.launch.global_size[1] for b in split)
     (kernel,) = torchfuser.last_report().kernels
     assert kernel.lane == SPLIT and "divided along grid dim 1" in kernel.lane_reason
+
+
+class _Profile:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+
+class _Event:
+    def __init__(self, start, end):
+        self.profile = _Profile(start, end)
+
+
+class _SplitBound:
+    def __init__(self, cut):
+        self.launch, self.split_dim, self.cut, self.recent_cuts = _Grid((96,), (1,)), 0, cut, []
+
+
+def _sample(bound, here_ns_per_item, there_ns_per_item, delay_ns=0):
+    """A profile of one split launch of `bound` at these per-item times, read twice as the executor does."""
+    here = _Event(0, bound.cut * here_ns_per_item)
+    worker = _Event(delay_ns, delay_ns + (96 - bound.cut) * there_ns_per_item)
+    events = SplitEvents(worker, here, bound)
+    first = events.profile
+    assert events.profile is first  # read again: the same span, and the sample is not counted twice
+    return first
+
+
+def test_the_cut_follows_the_median_of_recent_samples_and_shrugs_off_one_outlier():
+    bound = _SplitBound(60)
+    for _ in range(2):
+        _sample(bound, 1000, 1000)
+    assert bound.cut == 60 and len(bound.recent_cuts) == 2  # two samples: too few to move on
+    _sample(bound, 1000, 1000)
+    assert bound.cut == 48  # equal rates, no delay: half each
+    _sample(bound, 1000, 1000, delay_ns=500_000)  # one call whose workers woke 0.5 ms late
+    assert bound.cut == 48
+    for _ in range(3):  # the workers now steadily half as fast: they should take a third
+        _sample(bound, 1000, 2000)
+    assert bound.cut == 64
