@@ -46,43 +46,46 @@ def _binder(function: types.FunctionType):
     free = code.co_freevars
     cells = function.__closure__ or ()
 
-    def closure() -> dict | None:
+    def with_cells(found: dict | None) -> dict | None:
+        """found, with the free variables' values added (None if a cell is empty)."""
+        if found is None or not free:
+            return found
         try:
-            return {name: cell.cell_contents for name, cell in zip(free, cells)}
+            found.update({name: cell.cell_contents for name, cell in zip(free, cells)})
         except ValueError:  # an empty cell
             return None
+        return found
 
-    if varargs and varkw and code.co_argcount == 0 and code.co_kwonlyargcount == 0:  # f(*args, **kwargs)
-        names = code.co_varnames[:2]
+    signature = inspect.signature(function, follow_wrapped=False)  # the code's own parameters, not __wrapped__'s
+    count = code.co_argcount
+    positional = code.co_varnames[:count]
+
+    def bind_general(args, kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None  # let the call raise Python's own error
+        bound.apply_defaults()
+        return with_cells(dict(bound.arguments))
+
+    if varargs and varkw and not code.co_kwonlyargcount:  # f(a, b, *args, **kwargs): a decorator's wrapper
+        star, star_star = code.co_varnames[count:count + 2]
 
         def bind_star(args, kwargs):
-            found = closure() if free else {}
-            if found is not None:
-                found[names[0]], found[names[1]] = args, kwargs
-            return found
+            if len(args) < count or any(k in positional for k in kwargs):
+                return bind_general(args, kwargs)  # defaults to fill in, or a positional given by keyword
+            found = dict(zip(positional, args))
+            found[star], found[star_star] = args[count:], kwargs
+            return with_cells(found)
 
         return bind_star
 
-    signature = inspect.signature(function, follow_wrapped=False)  # the code's own parameters, not __wrapped__'s
-    positional = code.co_varnames[:code.co_argcount]
     simple = not (varargs or varkw or code.co_kwonlyargcount or function.__defaults__)
 
     def bind(args, kwargs):
-        if simple and not kwargs and len(args) == len(positional):
-            found = dict(zip(positional, args))
-        else:
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError:
-                return None  # let the call raise Python's own error
-            bound.apply_defaults()
-            found = dict(bound.arguments)
-        if free:
-            cells_now = closure()
-            if cells_now is None:
-                return None
-            found.update(cells_now)
-        return found
+        if simple and not kwargs and len(args) == count:
+            return with_cells(dict(zip(positional, args)))
+        return bind_general(args, kwargs)
 
     return bind
 

@@ -368,9 +368,11 @@ class Call:
                                             global_work_offset=offset)
         linger = self.runtime.linger
         if linger is not None:
-            linger.follow()
+            linger.release()  # the workers, still awake, take their part now
         device.queue.flush()
         here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, launch.local_size)
+        if linger is not None:  # enqueued after this thread's part, not before it: it delays nobody there
+            linger.follow()
         self.events.append((bound.label, SplitEvents(worker, here, bound)))
         self.threaded, self.last_event = True, worker
 

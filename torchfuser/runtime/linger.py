@@ -8,9 +8,9 @@ kernel) is usually longer than that, so nearly every split launch paid it.
 OpenMP's answer is to spin: its threads wait a while for the next parallel region before they sleep. Ours
 is the same, done with a kernel: behind each worker part the queue holds a `linger` launch that polls a
 flag in host memory for up to LINGER_SECONDS. The next worker part is enqueued behind it and then the flag
-is flipped, so the linger returns and the workers, still awake, take the part at once. A linger nobody
-releases ends by itself; host work that needs the workers' cores (a PyTorch op on its OpenMP threads)
-releases it first.
+is flipped, so the linger returns and the workers, still awake, take the part at once; the next linger is
+enqueued once the calling thread has run its own part. A linger nobody releases ends by itself; host work
+that needs the workers' cores (a PyTorch op on its OpenMP threads) releases it first.
 
 Each linger polls while the flag holds the value it was enqueued with (`parity`); a release flips the flag,
 which ends the running linger and no later one (those are enqueued with the new value).
@@ -57,8 +57,9 @@ class WorkerLinger:
         self.pending = False  # a linger was enqueued and no release has followed
 
     def follow(self) -> None:
-        """Release the running linger (the caller has just enqueued the workers' next part behind it) and
-        enqueue a new one behind that part."""
+        """Enqueue a linger behind the workers' part just enqueued (releasing the running one, if the caller
+        has not yet). The caller enqueues it once its own part is done: the enqueue costs the calling thread
+        several microseconds, and a worker whose part ends at about the same time is still awake then."""
         import pyopencl as cl
 
         self.release()
