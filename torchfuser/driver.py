@@ -18,6 +18,8 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
+from torchfuser.codegen import kernel_source
+from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX
 from torchfuser.codegen.source_lines import source_line_nodes
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
@@ -33,7 +35,7 @@ from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN
+from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN, SPLIT, claimable
 from torchfuser.runtime.launch import configure
 
 NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
@@ -140,14 +142,18 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
     total = 0.0
     for (node, kind, fake_inputs, tuning, launch), (lane, lane_reason) in zip(configured, lanes):
         target = node.target
+        claimed = lane == SPLIT and claimable(launch)
         try:
-            builts, status = plan.runtime.build(launch.spec, lane)
+            builts, status = plan.runtime.build(launch.spec, lane, claimed)
         except KernelBuildError as error:
             _build_failed(plan, report, node, error)
             continue
         plan.lanes[node.name] = lane
-        plan.built[(launch.spec, lane)] = builts
+        plan.built[(launch.spec, lane, claimed)] = builts
         built = builts[0]
+        claimed = claimed and built.name.endswith(CLAIMED_SUFFIX)
+        if claimed:
+            lane_reason += "; both threads claim its slices from one counter until none is left"
         seconds = sum(b.build_seconds for b in builts) if status != "hit" else 0.0
         total += seconds
         covers = list(node.meta.get("torchfuser_covers", []))
@@ -157,7 +163,8 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             spec=launch.spec.key_text(), nodes=covers,
             sources=_dedup([provenance(s) for s in node.meta.get("torchfuser_sources", [])]), tuning=tuning,
             transforms=kind.transforms(launch, fake_inputs) if kind.transforms else [], lane=lane,
-            lane_reason=lane_reason, line_nodes=source_line_nodes(launch.spec, built.source, covers),
+            lane_reason=lane_reason, line_nodes=source_line_nodes(
+                launch.spec, kernel_source(launch.spec) if claimed else built.source, covers),  # the same lines
         ))
     return total
 

@@ -19,7 +19,7 @@ def mlp():
 
 
 def built_specs(report) -> set:
-    return {spec for spec, _lane in report.plan.built}
+    return {spec for spec, _lane, _claimed in report.plan.built}
 
 
 def test_changing_batch_sizes_share_one_symbolic_plan():

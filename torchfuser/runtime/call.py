@@ -15,10 +15,13 @@ import logging
 import warnings
 import weakref
 
+import numpy as np
 import torch
 
 from torchfuser.codegen import kernel_source
+from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX, claimed_source
 from torchfuser.ir.kernels import FusedKernel, set_standalone_runner
+from torchfuser.runtime.claims import Cell, ClaimCells, ClaimedSpan
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import (
@@ -87,6 +90,8 @@ class Runtime:
         self.defer_launches = device.type_name == "CPU"
         # the workers' lingers: None without an in-thread companion (nothing splits), False until first needed
         self._linger: WorkerLinger | None | bool = None if device.inline is None or not LINGER_SECONDS else False
+        self._claim_cells: ClaimCells | None = None
+        self.worker_threads = device.cl_device.max_compute_units if device.inline is not None else 0
 
     @classmethod
     def for_device(cls, device) -> "Runtime":
@@ -95,12 +100,24 @@ class Runtime:
             runtime = cls._by_device[device] = cls(device)
         return runtime
 
-    def build(self, spec, lane: str = THREADED) -> tuple[list, str]:
+    def build(self, spec, lane: str = THREADED, claimed: bool = False) -> tuple[list, str]:
         """([BuiltKernel per device the lane uses: the workers' first], cache status of the first); raises
-        KernelBuildError."""
+        KernelBuildError. claimed: a split launch's claimed form (codegen/opencl/claimed.py) where the kernel
+        has one; its BuiltKernels are named with CLAIMED_SUFFIX."""
         devices = {INLINE: [self.device.inline], SPLIT: [self.device, self.device.inline]}.get(lane, [self.device])
-        found = [KERNELS.get(device, spec.kernel_name, kernel_source(spec)) for device in devices]
+        name, source = spec.kernel_name, kernel_source(spec)
+        if claimed and lane == SPLIT:
+            claimed_form = claimed_source(source, name)
+            if claimed_form is not None:
+                name, source = name + CLAIMED_SUFFIX, claimed_form
+        found = [KERNELS.get(device, name, source) for device in devices]
         return [built for built, _ in found], found[0][1]
+
+    @property
+    def claim_cells(self) -> ClaimCells:
+        if self._claim_cells is None:
+            self._claim_cells = ClaimCells(self.device)
+        return self._claim_cells
 
     def lane(self, launch: Launch) -> tuple[str, str]:
         """(lane, why): where this launch runs cheapest."""
@@ -188,13 +205,19 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "planned", "planned_buffers", "memo", "offsets", "addresses",
-                 "spare")
+                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "cell", "claim_arguments", "planned",
+                 "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
-                 lane: str = THREADED, split: tuple[int, int] | None = None):
+                 lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None):
         self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
         self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
+        # a claimed split launch (its kernels are the claimed form): its counter cell and the claimed form's
+        # trailing arguments (the cell, the dim whose indices are claimed, the grid)
+        self.cell = cell
+        self.claim_arguments: list = [] if cell is None else [
+            cell.buffer, np.int32(cell.index), np.int32(self.split_dim),
+            *[np.int64(n) for n in (*launch.global_size, 1, 1)[:3]]]
         self.recent_cuts: list[float] = []  # balanced cuts estimated from recent profiles (lanes.SplitEvents)
         self.exclusive = exclusive and bool(builts)
         self.kernels = [_copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
@@ -244,7 +267,7 @@ class Call:
     """State of one call: pending launches and what they keep alive."""
 
     __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "planned",
-                 "last_event")
+                 "last_event", "claimed")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -257,6 +280,7 @@ class Call:
         self.pending: list | None = [] if runtime.defer_launches and runtime.device.inline is None else None
         self.threaded = False  # the workers have launches the calling thread has not waited for
         self.last_event = None  # the workers' last one
+        self.claimed: ClaimedSpan | None = None  # the last launch, if a claimed split: what to wait for
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
         self.planned = False  # its kernels may write into the plan's planned blocks
 
@@ -351,7 +375,8 @@ class Call:
 
     def _enqueue_here(self, bound: Bound) -> None:
         """An in-thread launch (done when this returns) or a split one (the workers' part started first, then
-        the calling thread's part run; the workers' part is waited for before anything else runs here)."""
+        the calling thread's part run; the workers' part is waited for before anything else runs here). A
+        claimed split has no fixed parts: each side takes slices from the launch's cell (runtime/claims.py)."""
         if self.threaded or self.pending:
             self.wait_threaded()  # this launch may read what the workers write
         cl = _cl or _pyopencl()
@@ -361,19 +386,27 @@ class Call:
                                                launch.local_size)
             self.events.append((bound.label, event))
             return
-        dim, cut, size = bound.split_dim, bound.cut, launch.global_size
-        theirs, offset, mine = list(size), [0] * len(size), list(size)
-        theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
-        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, launch.local_size,
-                                            global_work_offset=offset)
+        dim, cut, size, cell = bound.split_dim, bound.cut, launch.global_size, bound.cell
+        if cell is not None:  # claimed: a work-item per thread, each taking slices until none is left
+            cell.reset()
+            span = ClaimedSpan(cell, size[dim])
+            theirs, mine, local, offset = (self.runtime.worker_threads,), (1,), (1,), None
+        else:
+            theirs, offset, mine = list(size), [0] * len(size), list(size)
+            theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
+            local = launch.local_size
+        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, local, global_work_offset=offset)
         linger = self.runtime.linger
         if linger is not None:
             linger.release()  # the workers, still awake, take their part now
         device.queue.flush()
-        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, launch.local_size)
+        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
         if linger is not None:  # enqueued after this thread's part, not before it: it delays nobody there
             linger.follow()
-        self.events.append((bound.label, SplitEvents(worker, here, bound)))
+        if cell is not None:
+            cell.worker_event = worker
+        self.claimed = span if cell is not None else None
+        self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound)))
         self.threaded, self.last_event = True, worker
 
     def _input_buffers(self, bound: Bound, inputs) -> list | None:
@@ -409,14 +442,15 @@ class Call:
         else:
             n_in = len(offsets)
             args = bound.launch.arguments(buffers[:n_in], list(offsets), buffers[n_in:])
+        every = args + bound.claim_arguments if bound.claim_arguments else args
         if not bound.typed:  # declared scalar types make set_args ~50x cheaper in pyopencl
             for kernel, built in zip(bound.kernels, bound.builts):
                 if bound.exclusive or not built.typed:  # BuiltKernel.typed: its own kernel is typed
-                    kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in args])
+                    kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in every])
                 built.typed |= not bound.exclusive
             bound.typed = True
         for kernel in bound.kernels:
-            kernel.set_args(*args)
+            kernel.set_args(*every)
         # The list holds the buffers the kernels now point at, so none is released while set there.
         bound.armed = args if bound.exclusive and bound.launch.static_arguments else None
 
@@ -446,10 +480,14 @@ class Call:
             self.threaded, self.last_event = True, event
 
     def wait_threaded(self) -> None:
-        """Enqueue what is pending and wait for every launch of the workers."""
+        """Enqueue what is pending and wait for every launch of the workers (for a claimed split, the last
+        one: every slice done, whether or not its workers have left)."""
         self.flush()
         if self.threaded:
-            if self.runtime.device.inline is not None:
+            if self.claimed is not None:
+                self.claimed.wait()
+                self.claimed = None
+            elif self.runtime.device.inline is not None:
                 wait_for_worker(self.runtime.device, self.last_event, finish=self.runtime.linger is None)
             else:
                 self.binding.to_host()

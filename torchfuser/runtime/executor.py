@@ -29,7 +29,8 @@ from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
 from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
+from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, claimable
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 
@@ -75,11 +76,13 @@ class KernelStep:
     def _bind(self, call: Call, target: FusedKernel, args, key: tuple) -> Bound:
         launch = configure(target, args, call.runtime.device.type_name)
         lane = THREADED if launch.empty else self.plan.lanes.get(self.name) or call.runtime.lane(launch)[0]
-        builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane)
         split = call.runtime.split_point(launch) if lane == SPLIT else None
         if lane == SPLIT and split is None:  # another layout than the plan's, too small to split
-            lane, builts = INLINE, self.plan.kernel_for(launch.spec, INLINE)
-        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split)
+            lane = INLINE
+        claimed = lane == SPLIT and claimable(launch)
+        builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, claimed)
+        cell = call.runtime.claim_cells.take() if claimed and builts[0].name.endswith(CLAIMED_SUFFIX) else None
+        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
             bound.planned = None if None in planned else planned
@@ -196,18 +199,18 @@ class Plan:
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i]), cache))
         self.stats: dict[str, KernelStats] = {}
-        self.built: dict = {}  # (spec, lane) -> [BuiltKernel] (skips the cache lookup on steady calls)
+        self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
 
-    def kernel_for(self, spec, lane: str) -> list:
-        builts = self.built.get((spec, lane))
+    def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
+        builts = self.built.get((spec, lane, claimed))
         if builts is None:
-            builts, _ = self.runtime.build(spec, lane)
-            self.built[(spec, lane)] = builts
+            builts, _ = self.runtime.build(spec, lane, claimed)
+            self.built[(spec, lane, claimed)] = builts
         return builts
 
     def run(self, args, trusted: bool = False):

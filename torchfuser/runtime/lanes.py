@@ -214,6 +214,12 @@ def work_groups(launch, dim: int) -> int:
     return launch.global_size[dim] // group_size(launch, dim)
 
 
+def claimable(launch) -> bool:
+    """A split of this launch may run its kernel's claimed form (codegen/opencl/claimed.py): work-groups of one
+    work-item, which the claimed form's loop replaces (larger groups are what PoCL vectorises across)."""
+    return all(size == 1 for size in launch.local_size or (1,))
+
+
 def split_cut(launch, share: float) -> tuple[int, int] | None:
     """(dim, cut): the dim with the most work-groups (a GEMM of one panel splits its row stacks) and the first
     global index of the workers' part along it (a work-group boundary); None if no dim holds two groups."""

@@ -109,7 +109,7 @@ def test_a_source_that_does_not_regenerate_exactly_gets_no_map():
     with torch.no_grad():
         _, (report,) = compiled_reports(lambda x: torch.relu(x) + 1, torch.randn(10))
     (kernel,) = report.kernels
-    ((spec, _lane),) = report.plan.built
+    ((spec, _lane, _claimed),) = report.plan.built
     assert source_line_nodes(spec, kernel.source, kernel.nodes) == kernel.line_nodes != {}
     assert source_line_nodes(spec, kernel.source + "\n", kernel.nodes) == {}
 
