@@ -31,6 +31,7 @@ from torchfuser.runtime.lanes import (
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
 from torchfuser.runtime.memory import CopyingBinder, HostArena, OutputLayout, ZeroCopyBinder, storage_span
+from torchfuser.runtime.virtual_views import real
 
 logger = logging.getLogger("torchfuser")
 
@@ -401,10 +402,11 @@ class Call:
             linger.release()  # the workers, still awake, take their part now
         device.queue.flush()
         here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
+        if cell is not None:
+            span.here_done()
+            cell.worker_event = worker
         if linger is not None:  # enqueued after this thread's part, not before it: it delays nobody there
             linger.follow()
-        if cell is not None:
-            cell.worker_event = worker
         self.claimed = span if cell is not None else None
         self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound)))
         self.threaded, self.last_event = True, worker
@@ -455,7 +457,7 @@ class Call:
         bound.armed = args if bound.exclusive and bound.launch.static_arguments else None
 
     def _aligned(self, t: torch.Tensor) -> torch.Tensor:
-        return self.runtime.arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(t)
+        return self.runtime.arena.empty_strided(t.shape, t.stride(), t.dtype).copy_(real(t))
 
     def reads_pending(self, tensors) -> bool:
         return bool(self.dirty) and any(storage_span(t)[0] in self.dirty for t in tensors)

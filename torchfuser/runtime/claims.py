@@ -64,8 +64,10 @@ class Cell:
 
 
 class ClaimedSpan:
-    """A claimed launch's time from its enqueue to the calling thread seeing every slice done, in host clock
-    nanoseconds (profiled like an event: `profile.start`, `profile.end`)."""
+    """A claimed launch's time, in host clock nanoseconds (profiled like an event: `profile.start`,
+    `profile.end`): from its enqueue to the end of the calling thread's part, or to the moment the calling
+    thread sees the workers' last slice done if it has to wait for it (when it looks later, after other host
+    work, and finds them done, they are taken to have ended with the calling thread's part)."""
 
     __slots__ = ("start", "end", "cell", "slices")
 
@@ -76,10 +78,14 @@ class ClaimedSpan:
     def profile(self) -> "ClaimedSpan":
         return self
 
-    def wait(self) -> None:
-        """Spin until every slice is done (the calling thread has run out of slices to claim by now)."""
-        done = self.cell.ints
-        slices = self.slices
-        while done[1] < slices:
-            pass
+    def here_done(self) -> None:
+        """The calling thread has run out of slices to claim."""
         self.end = time.perf_counter_ns()
+
+    def wait(self) -> None:
+        """Spin until every slice is done."""
+        done, slices = self.cell.ints, self.slices
+        if done[1] < slices:
+            while done[1] < slices:
+                pass
+            self.end = time.perf_counter_ns()

@@ -23,7 +23,7 @@ import warnings
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.aten import VIEW_OPS
+from torchfuser.ir.aten import VIEW_OPS, WEIGHT
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
@@ -33,6 +33,7 @@ from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, claimable
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
+from torchfuser.runtime.virtual_views import VIRTUAL_OPS, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 SIZES_KEPT = 256  # distinct symbol values a plan records
@@ -41,10 +42,11 @@ SIZES_KEPT = 256  # distinct symbol values a plan records
 class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
-    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic")
+    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic",
+                 "reads_virtual")
 
     def __init__(self, target: FusedKernel, name: str, plan: "Plan", blocks: list | None, trusts_layouts: bool,
-                 long_lived: list[bool]):
+                 long_lived: list[bool], reads_virtual: bool = False):
         self.target, self.name, self.plan = target, name, plan
         self.bound: dict[tuple, Bound] = {}
         self.last: Bound | None = None  # the launch of the last call
@@ -52,6 +54,7 @@ class KernelStep:
         self.trusts_layouts = trusts_layouts  # every input comes from the graph's inputs or kernels
         self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
         self.symbolic = has_symbols(target.sized_dims())
+        self.reads_virtual = reads_virtual  # some input may be a VirtualView
 
     def __call__(self, call: Call | None, args, sizes: tuple):
         target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target
@@ -63,12 +66,19 @@ class KernelStep:
                     key = tuple([(t.shape, t.stride(), t.storage_offset(), t.dtype) for t in args])
                     if self.symbolic:  # a node's own sizes need not follow its inputs' (an arange)
                         key += (sizes,)
-                    bound = self.bound.get(key) or self._bind(call, target, args, key)
+                    bound = self.bound.get(key)
+                    if bound is None:
+                        args = [real(a) for a in args]
+                        bound = self._bind(call, target, args, key)
                     self.last = bound
+                if bound.prepares and self.reads_virtual:  # host-side preparation reads tensors
+                    reads = bound.launch.prepare_reads
+                    args = [real(a) if reads is None or i in reads else a for i, a in enumerate(args)]
                 return call.enqueue(bound, args, bound.planned if call.planned else None, steady)
             except KernelBuildError as error:  # a new input layout whose kernel does not build
                 self.plan.fallback_nodes[self.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
                 warnings.warn(f"torchfuser: {error}; {self.name} runs in PyTorch from now on", RuntimeWarning)
+        args = [real(a) for a in args]
         if call is not None:
             call.before_host_read(tensors_in(args))  # the PyTorch fallback reads on the host
         return target.reference(*args)
@@ -99,18 +109,16 @@ def _dead():
 
 
 class ViewCache:
-    """The view a step made of a tensor last time: the same tensor with the same storage gives the same view.
-    Only views of weights (parameters) and of planned results are kept: a kept view keeps its base alive,
-    which must never be the user's memory."""
+    """The view a step made of a tensor last time: the same tensor object with the same storage gives the same
+    view, in any call (a call with new symbolic sizes too: a planned result's shape is static, and a new view
+    of a weight each call would defeat the weight transforms' memos). Only views of weights (parameters) and
+    of planned results are kept: a kept view keeps its base alive, which must never be the user's memory."""
 
-    __slots__ = ("base", "address", "view", "planned", "weight")
+    __slots__ = ("base", "address", "view", "planned")
 
     def __init__(self, planned: bool):
         self.base = self.address = self.view = None
         self.planned = planned  # the base is a planned result
-        # the base is a parameter: its view holds on any call, steady or not (a call with new symbolic sizes
-        # is not steady, and a new view object each call would defeat the weight transforms' memos)
-        self.weight = False
 
 
 def _fetcher(value, index):
@@ -133,7 +141,7 @@ def _flatten(value):
     return [value]
 
 
-KERNEL, VIEW, FALLBACK, ATTR = range(4)
+KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL = range(5)
 
 aten = torch.ops.aten
 # View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
@@ -175,6 +183,7 @@ class Plan:
         self.memory = PlannedBlocks(blocks.capacities)
         trusted = _trusted_values(nodes, owner)
         to_output = _reaching_output(nodes)
+        virtual = _virtual_views(nodes, owner, to_output, blocks)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
         self.steps = []
@@ -183,13 +192,15 @@ class Plan:
                 self.output = _fetcher((node.args[0],), index)
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
+                        else VIRTUAL if node in virtual
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS else FALLBACK)
                 target = _view_function(node) if kind == VIEW else node.target
                 if kind == KERNEL:
                     long_lived = [isinstance(a, fx.Node) and (owner[a].op in ("placeholder", "get_attr")
                                                               or owner[a] in blocks.of) for a in node.args]
                     target = KernelStep(node.target, node.name, self, blocks.of.get(node),
-                                        all(i in trusted for i in node.all_input_nodes), long_lived)
+                                        all(i in trusted for i in node.all_input_nodes), long_lived,
+                                        any(a in virtual for a in node.all_input_nodes))
                 cache = None
                 if (kind == VIEW and node.target is not operator.getitem and node not in to_output
                         and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
@@ -247,13 +258,13 @@ class Plan:
         return output
 
     def _run_steps(self, env: list, call, sizes: tuple):
-        steady = call is not None and call.steady
         for slot, kind, target, get_args, kw_names, get_kwargs, free, cache in self.steps:
             args = get_args(env)
             if kind == KERNEL:
                 env[slot] = target(call, args, sizes)
-            elif (cache is not None and (steady or cache.weight) and cache.base is args[0]
-                  and cache.address == args[0].data_ptr()):
+            elif kind == VIRTUAL:
+                env[slot] = virtual_view(target, *args)
+            elif cache is not None and cache.base is args[0] and cache.address == args[0].data_ptr():
                 env[slot] = cache.view
             else:
                 kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
@@ -261,7 +272,6 @@ class Plan:
                     env[slot] = target(*args, **kwargs)
                     if cache is not None and (cache.planned or isinstance(args[0], torch.nn.Parameter)):
                         cache.base, cache.address, cache.view = args[0], args[0].data_ptr(), env[slot]
-                        cache.weight = not cache.planned
                 elif kind == FALLBACK:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))
@@ -315,6 +325,24 @@ def _trusted_values(nodes, owner) -> set:
     """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results and views
     of them (a PyTorch fallback's result is not counted: its layout is the op's business)."""
     return {n for n in nodes if owner[n].op in ("placeholder", "get_attr") or isinstance(owner[n].target, FusedKernel)}
+
+
+def _virtual_views(nodes, owner, to_output, blocks) -> set:
+    """View nodes that only kernels read (directly or through other such views), kept as metadata
+    (runtime/virtual_views.py). Views of weights and constants stay tensors (a weight's view is what its
+    packed copy is found by), and so do views of planned results by constant arguments, which the view cache
+    gives at no cost."""
+    found: set = set()
+    for node in reversed(nodes):
+        root = owner[node]
+        if (node.op != "call_function" or node.target not in VIRTUAL_OPS or node.kwargs or not node.users
+                or node in to_output or root.op == "get_attr" or root.meta.get(WEIGHT)
+                or not all(u in found or isinstance(u.target, FusedKernel) for u in node.users)):
+            continue
+        if root in blocks.of and not any(isinstance(a, fx.Node) for a in node.args[1:]):
+            continue
+        found.add(node)
+    return found
 
 
 def _reaching_output(nodes) -> set:

@@ -225,6 +225,7 @@ PANEL_SCHEDULES = ("packed", "rows")  # the schedules that read B as packed pane
 
 class GemmLaunch(Launch):
     packer: PackedWeights | None = None
+    prepare_reads = (1,)  # B, to find its packed copy
 
     def prepare(self, inputs, call=None):
         if self.spec.schedule not in PANEL_SCHEDULES:

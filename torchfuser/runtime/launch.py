@@ -46,6 +46,8 @@ class Launch:
     fresh_prepared: ClassVar[bool] = False
     # prepare() runs a PyTorch op on its intra-op (OpenMP) threads, which keep spinning after it (lanes.py)
     host_threads: ClassVar[bool] = False
+    # the inputs prepare() reads as tensors (None: any of them); the others may be virtual views
+    prepare_reads: ClassVar[tuple | None] = None
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.
