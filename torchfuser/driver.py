@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 
 from torchfuser import kinds  # noqa: F401  (registers the kernel kinds)
 from torchfuser.codegen import kernel_source
-from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX
+from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.codegen.source_lines import source_line_nodes
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
@@ -151,7 +151,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         plan.lanes[node.name] = lane
         plan.built[(launch.spec, lane, claimed)] = builts
         built = builts[0]
-        claimed = claimed and built.name.endswith(CLAIMED_SUFFIX)
+        claimed = claimed and is_claimed(built.name)
         if claimed:
             lane_reason += "; both threads claim its slices from one counter until none is left"
         seconds = sum(b.build_seconds for b in builts) if status != "hit" else 0.0

@@ -23,13 +23,14 @@ import warnings
 import torch
 import torch.fx as fx
 
+from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.ir.aten import VIEW_OPS, WEIGHT
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
-from torchfuser.runtime.call import Bound, Call, KernelStats, Runtime, tensors_in
+from torchfuser.runtime.bound import Bound
+from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.codegen.opencl.claimed import CLAIMED_SUFFIX
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, claimable
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
@@ -91,7 +92,7 @@ class KernelStep:
             lane = INLINE
         claimed = lane == SPLIT and claimable(launch)
         builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, claimed)
-        cell = call.runtime.claim_cells.take() if claimed and builts[0].name.endswith(CLAIMED_SUFFIX) else None
+        cell = call.runtime.claim_cells.take() if claimed and is_claimed(builts[0].name) else None
         bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]

@@ -301,7 +301,7 @@ def test_kernel_copies_share_pyopencls_generated_argument_code():
     import pyopencl as cl
     import pyopencl.invoker
 
-    from torchfuser.runtime.call import _copy_kernel, _pyopencl
+    from torchfuser.runtime.bound import cl_module as _pyopencl, copy_kernel as _copy_kernel
 
     _pyopencl()
     generate = pyopencl.invoker.generate_enqueue_and_set_args

@@ -30,6 +30,11 @@ _WORK_ITEM_BUILTINS = ("get_local_id", "get_group_id", "get_local_size", "get_nu
                        "get_global_offset", "get_work_dim")
 
 
+def is_claimed(kernel_name: str) -> bool:
+    """The kernel (a BuiltKernel's name) is a claimed form."""
+    return kernel_name.endswith(CLAIMED_SUFFIX)
+
+
 def claimed_source(source: str, name: str) -> str | None:
     """The claimed form of kernel `name` in `source` (see the module docstring), or None where its work-items are
     not independent of one another or of the grid's shape."""
