@@ -346,6 +346,8 @@ class Call:
         self.runtime.release_workers()
         if self.reads_pending(tensors):
             self.sync()
+        elif self.claimed is not None:  # the op may call a compiled graph, whose launches reuse their cells
+            self.wait_threaded()
 
     def flush(self) -> None:
         """Enqueue the pending threaded launches, in order."""
