@@ -142,7 +142,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
     total = 0.0
     for (node, kind, fake_inputs, tuning, launch), (lane, lane_reason) in zip(configured, lanes):
         target = node.target
-        claimed = lane == SPLIT and claimable(launch)
+        claimed = lane == SPLIT and claimable(launch, plan.runtime.rates())
         try:
             builts, status = plan.runtime.build(launch.spec, lane, claimed)
         except KernelBuildError as error:

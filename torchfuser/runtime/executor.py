@@ -91,7 +91,7 @@ class KernelStep:
         split = call.runtime.split_point(launch) if lane == SPLIT else None
         if lane == SPLIT and split is None:  # another layout than the plan's, too small to split
             lane = INLINE
-        claimed = lane == SPLIT and claimable(launch)
+        claimed = lane == SPLIT and claimable(launch, call.runtime.rates())
         builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, claimed)
         cell = call.runtime.claim_cells.take() if claimed and is_claimed(builts[0].name) else None
         bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell)

@@ -42,6 +42,7 @@ OPENMP_SPIN_SECONDS = 0.015  # how long OpenMP's threads stay spinning after an 
 _RATES_KEY = "lane rates v5"  # v5: the FMA probe on the device's native vectors (float16 spilled on AVX2)
 _COPY_BYTES = 64 << 20  # twice the L3 of the machines we see: the copy streams from memory
 _FMA_CHAINS = 8  # independent FMA chains per item: enough to cover the FMA latency on two pipes
+CLAIMED_INTENSITY = 0.25  # claimed splits for launches at most this share of the ridge point's FLOPs per byte
 CUT_ESTIMATES = 5  # a split launch's cut: the median of this many recent balanced-cut estimates
 
 
@@ -214,10 +215,14 @@ def work_groups(launch, dim: int) -> int:
     return launch.global_size[dim] // group_size(launch, dim)
 
 
-def claimable(launch) -> bool:
-    """A split of this launch may run its kernel's claimed form (codegen/opencl/claimed.py): work-groups of one
-    work-item, which the claimed form's loop replaces (larger groups are what PoCL vectorises across)."""
-    return all(size == 1 for size in launch.local_size or (1,))
+def claimable(launch, rates: LaneRates) -> bool:
+    """A split of this launch runs its kernel's claimed form (codegen/opencl/claimed.py): work-groups of one
+    work-item, which the claimed form's loop replaces (larger groups are what PoCL vectorises across), and work
+    that streams memory. A compute-bound tile schedule loses to its claimed form (a packed 1024^3 GEMM ran at
+    250 GFLOP/s claimed, 355 with a fixed cut): it keeps the cut."""
+    ridge = rates.inline_flops_per_s / rates.inline_bytes_per_s  # FLOPs per byte where compute starts to bound
+    return (all(size == 1 for size in launch.local_size or (1,))
+            and launch.flops <= CLAIMED_INTENSITY * ridge * launch.nbytes)
 
 
 def split_cut(launch, share: float) -> tuple[int, int] | None:
