@@ -218,8 +218,8 @@ def work_groups(launch, dim: int) -> int:
 def claimable(launch, rates: LaneRates) -> bool:
     """A split of this launch runs its kernel's claimed form (codegen/opencl/claimed.py): work-groups of one
     work-item, which the claimed form's loop replaces (larger groups are what PoCL vectorises across), and work
-    that streams memory. A compute-bound tile schedule loses to its claimed form (a packed 1024^3 GEMM ran at
-    250 GFLOP/s claimed, 355 with a fixed cut): it keeps the cut."""
+    that streams memory. A compute-bound tile schedule runs slower in the claimed form (measured on packed
+    GEMMs; see the bench's GEMM rows): it keeps the fixed cut."""
     ridge = rates.inline_flops_per_s / rates.inline_bytes_per_s  # FLOPs per byte where compute starts to bound
     return (all(size == 1 for size in launch.local_size or (1,))
             and launch.flops <= CLAIMED_INTENSITY * ridge * launch.nbytes)
