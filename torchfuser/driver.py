@@ -35,7 +35,7 @@ from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN, SPLIT, claimable
+from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN
 from torchfuser.runtime.launch import configure
 
 NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
@@ -142,7 +142,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
     total = 0.0
     for (node, kind, fake_inputs, tuning, launch), (lane, lane_reason) in zip(configured, lanes):
         target = node.target
-        claimed = lane == SPLIT and claimable(launch, plan.runtime.rates())
+        claimed = plan.runtime.claims(launch, lane)
         try:
             builts, status = plan.runtime.build(launch.spec, lane, claimed)
         except KernelBuildError as error:
@@ -151,7 +151,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         plan.lanes[node.name] = lane
         plan.built[(launch.spec, lane, claimed)] = builts
         built = builts[0]
-        claimed = claimed and is_claimed(built.name)
+        claimed = is_claimed(built.name)  # not every kernel has a claimed form
         if claimed:
             lane_reason += "; both threads claim its slices from one counter until none is left"
         seconds = sum(b.build_seconds for b in builts) if status != "hit" else 0.0

@@ -25,8 +25,8 @@ from torchfuser.runtime.claims import ClaimCells, ClaimedSpan
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import (
-    HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, lane_rates, plan_lanes, split_cut, wait_for_worker,
-    work_groups,
+    HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, claimable, lane_rates, plan_lanes, split_cut,
+    wait_for_worker, work_groups,
 )
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
@@ -67,12 +67,16 @@ class Runtime:
         has one; its BuiltKernels are named with CLAIMED_SUFFIX."""
         devices = {INLINE: [self.device.inline], SPLIT: [self.device, self.device.inline]}.get(lane, [self.device])
         name, source = spec.kernel_name, kernel_source(spec)
-        if claimed and lane == SPLIT:
+        if claimed:
             claimed_form = claimed_source(source, name)
             if claimed_form is not None:
                 name, source = name + CLAIMED_SUFFIX, claimed_form
         found = [KERNELS.get(device, name, source) for device in devices]
         return [built for built, _ in found], found[0][1]
+
+    def claims(self, launch: Launch, lane: str) -> bool:
+        """Whether a launch in this lane runs its kernel's claimed form, where it has one (lanes.claimable)."""
+        return lane == SPLIT and claimable(launch, self.rates())
 
     @property
     def claim_cells(self) -> ClaimCells:

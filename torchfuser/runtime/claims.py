@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from torchfuser.codegen.opencl.claimed import CELL_INTS
+from torchfuser.runtime.lanes import wait_complete
 from torchfuser.runtime.memory import ALIGNMENT
 
 _CELLS_PER_BLOCK = 256
@@ -53,13 +54,8 @@ class Cell:
 
     def reset(self) -> None:
         """Make the cell ready for the next launch, once the workers have left the last one."""
-        event = self.worker_event
-        if event is not None:
-            import pyopencl as cl
-
-            complete = cl.command_execution_status.COMPLETE
-            while event.command_execution_status != complete:  # normally long over: the call before this one
-                pass
+        if self.worker_event is not None:  # normally long over: it was the call before this one
+            wait_complete(self.worker_event)
         self.ints[0] = self.ints[1] = 0
 
 

@@ -31,7 +31,7 @@ from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
 from torchfuser.runtime.bound import Bound
 from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED, claimable
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 from torchfuser.runtime.virtual_views import VIRTUAL_OPS, real, virtual_view
@@ -91,9 +91,8 @@ class KernelStep:
         split = call.runtime.split_point(launch) if lane == SPLIT else None
         if lane == SPLIT and split is None:  # another layout than the plan's, too small to split
             lane = INLINE
-        claimed = lane == SPLIT and claimable(launch, call.runtime.rates())
-        builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, claimed)
-        cell = call.runtime.claim_cells.take() if claimed and is_claimed(builts[0].name) else None
+        builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, call.runtime.claims(launch, lane))
+        cell = call.runtime.claim_cells.take() if builts and is_claimed(builts[0].name) else None
         bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]

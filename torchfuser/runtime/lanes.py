@@ -282,14 +282,19 @@ class _Span:
         self.start, self.end = start, end
 
 
-def wait_for_worker(device, event, finish: bool = True) -> None:
-    """Spin until the workers finished `event` (a blocked thread on an idle vCPU wakes tens of us late), then
-    finish the queue (which holds nothing more by then, unless a linger follows: linger.py)."""
+def wait_complete(event) -> None:
+    """Spin until the workers finished `event` (a blocked thread on an idle vCPU wakes tens of us late)."""
     import pyopencl as cl
 
     complete = cl.command_execution_status.COMPLETE
     while event.command_execution_status != complete:
         pass
+
+
+def wait_for_worker(device, event, finish: bool = True) -> None:
+    """wait_complete(event), then finish the queue (which holds nothing more by then, unless a linger follows:
+    linger.py)."""
+    wait_complete(event)
     if finish:
         device.queue.finish()
 

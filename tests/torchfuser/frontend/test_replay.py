@@ -47,22 +47,6 @@ def test_sequential_calls_are_replayed_with_eager_results():
     assert compiled._orig_mod is model
 
 
-@torch.no_grad()
-def test_user_module_with_keywords_defaults_and_new_parameter():
-    torch.manual_seed(0)
-    model = Scaled().eval()
-    compiled = torchfuser.compile(model)
-    x, y = torch.randn(3, 16), torch.randn(3, 24)
-    for _ in range(2):
-        assert_close(compiled(x), model(x))
-        assert_close(compiled(x, y, shift=0.5), model(x, y, shift=0.5))
-    assert compiled.replay.calls >= 2
-    model.linear.weight = nn.Parameter(torch.randn(24, 16))  # the translation reads parameters each call
-    assert_close(compiled(x), model(x))
-    model.linear.weight.mul_(3)  # and in-place updates are seen
-    assert_close(compiled(x), model(x))
-
-
 def _passing_through(forward):
     """A forward decorator as Hugging Face puts on its blocks: the code Dynamo translates is the wrapper's
     (self, *args, **kwargs), while inspect.signature, following __wrapped__, shows the forward's own."""
@@ -76,16 +60,21 @@ class DecoratedScaled(Scaled):
     forward = _passing_through(Scaled.forward)
 
 
+@pytest.mark.parametrize("module", [Scaled, DecoratedScaled], ids=["plain", "decorated forward"])
 @torch.no_grad()
-def test_a_decorated_forward_is_replayed():
+def test_user_module_with_keywords_defaults_and_new_parameter(module):
     torch.manual_seed(0)
-    model = DecoratedScaled().eval()
+    model = module().eval()
     compiled = torchfuser.compile(model)
     x, y = torch.randn(3, 16), torch.randn(3, 24)
     for _ in range(3):
         assert_close(compiled(x), model(x))
         assert_close(compiled(x, y, shift=0.5), model(x, y, shift=0.5))
     assert compiled.replay.calls >= 4
+    model.linear.weight = nn.Parameter(torch.randn(24, 16))  # the translation reads parameters each call
+    assert_close(compiled(x), model(x))
+    model.linear.weight.mul_(3)  # and in-place updates are seen
+    assert_close(compiled(x), model(x))
 
 
 @torch.no_grad()
