@@ -94,6 +94,10 @@ def causal_attention(x, w):  # prefill: queries and keys both dynamic, causal
     return F.scaled_dot_product_attention(q, q, q, is_causal=True)
 
 
+def kv_append(past, new):  # a KV cache's append: the cat runs along the dynamic dim
+    return torch.cat([past, new.transpose(1, 2)], 2)
+
+
 CASES = {
     "pointwise": (pointwise, lambda n: [torch.randn(3, n, 9), torch.randn(9)], [(0, 1)]),
     "reduction": (reduction, lambda n: [torch.randn(n, 33), torch.randn(33)], [(0, 0)]),
@@ -102,6 +106,7 @@ CASES = {
     "gemm": (gemm, lambda n: [torch.randn(n, 24), torch.randn(24, 40), torch.randn(40)], [(0, 0)]),
     "attention": (attention, lambda n: [torch.randn(1, 2, 1, 16), torch.randn(1, 2, n, 16),
                                         torch.randn(1, 2, n, 16)], [(1, 2), (2, 2)]),
+    "kv_append": (kv_append, lambda n: [torch.randn(1, 3, n, 16), torch.randn(1, 1, 3, 16)], [(0, 2)]),
     "causal_attention": (causal_attention, lambda n: [torch.randn(1, n, 32), torch.randn(32, 32)], [(0, 1)]),
 }
 

@@ -8,7 +8,7 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_last_dim, channels_last_between_convs, depthwise_conv_as_windows,
+    batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, depthwise_conv_as_windows,
     eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions,
     merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
@@ -55,6 +55,8 @@ register_pass("fuse_reductions", fuse_reductions.fuse_reductions, handles=fuse_r
 # then every remaining elementwise chain
 register_pass("fuse_pointwise", fuse_pointwise.fuse_pointwise, handles=fuse_pointwise.handles,
               keeps=fuse_pointwise.KEEP)
+# a cat none of them took (along a dynamic dim: a KV cache's append) as a copy kernel with sizes as arguments
+register_pass("cat_as_copies", cat_as_copies.cat_as_copies, handles=cat_as_copies.handles)
 # last: clean up whatever the fusions left unused
 register_pass("eliminate_dead_code", eliminate_dead_code.eliminate_dead_code)
 

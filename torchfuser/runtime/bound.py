@@ -79,7 +79,8 @@ class Bound:
                  "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
-                 lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None):
+                 lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None,
+                 donor: "Bound | None" = None):
         self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
         self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
         # a claimed split launch (its kernels are the claimed form): its counter cell and the claimed form's
@@ -90,8 +91,12 @@ class Bound:
             *[np.int64(n) for n in (*launch.global_size, 1, 1)[:3]]]
         self.recent_cuts: list[float] = []  # balanced cuts estimated from recent profiles (lanes.SplitEvents)
         self.exclusive = exclusive and bool(builts)
-        self.kernels = [copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
         self.typed = False  # scalar argument dtypes declared on self.kernels
+        if donor is not None and self.exclusive and donor.exclusive and donor.builts is self.builts:
+            # the kernel copies of a bound that is no longer used (same kernels: same argument types)
+            self.kernels, self.typed, donor.kernels = donor.kernels, donor.typed, []
+        else:
+            self.kernels = [copy_kernel(b.kernel) if self.exclusive else b.kernel for b in self.builts]
         self.armed = None  # the argument list the kernels hold (exclusive kernels only)
         self.outputs = [OutputLayout.of(*o) for o in launch.outputs]
         self.planned: list | None = None  # outputs in a plan's planned blocks (the same tensors every call)

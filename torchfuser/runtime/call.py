@@ -149,8 +149,8 @@ class KernelStats:
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
-    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "planned",
-                 "last_event", "claimed")
+    __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "steady_unsized",
+                 "planned", "last_event", "claimed")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -165,6 +165,7 @@ class Call:
         self.last_event = None  # the workers' last one
         self.claimed: ClaimedSpan | None = None  # the last launch, if a claimed split: what to wait for
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
+        self.steady_unsized = False  # the same but for the graph's symbol values
         self.planned = False  # its kernels may write into the plan's planned blocks
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
@@ -299,7 +300,7 @@ class Call:
         bind = self.binding.bind
         if self.binding.tracks_writes or not bound.memo:  # buffers are this call's uploads: no memo
             buffers = [bind(t) for t in inputs]
-            return None if None in buffers else buffers
+            return None if any(b is None for b in buffers) else buffers
         buffers = []
         for t, seen in zip(inputs, bound.memo):
             if seen is not None and seen[0]() is t and seen[1] == t.data_ptr():

@@ -27,7 +27,7 @@ from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.ir.aten import VIEW_OPS, WEIGHT
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
-from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic
+from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic, tensor_has_symbols
 from torchfuser.runtime.bound import Bound
 from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_cache import KernelBuildError
@@ -38,16 +38,17 @@ from torchfuser.runtime.virtual_views import VIRTUAL_OPS, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 SIZES_KEPT = 256  # distinct symbol values a plan records
+BOUNDS_KEPT = 64  # bound launches a kernel step keeps, one per input layout (the oldest goes first)
 
 
 class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
     __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic",
-                 "reads_virtual")
+                 "reads_virtual", "sized_layouts")
 
     def __init__(self, target: FusedKernel, name: str, plan: "Plan", blocks: list | None, trusts_layouts: bool,
-                 long_lived: list[bool], reads_virtual: bool = False):
+                 long_lived: list[bool], reads_virtual: bool = False, sized_layouts: bool = True):
         self.target, self.name, self.plan = target, name, plan
         self.bound: dict[tuple, Bound] = {}
         self.last: Bound | None = None  # the launch of the last call
@@ -56,11 +57,14 @@ class KernelStep:
         self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
         self.symbolic = has_symbols(target.sized_dims())
         self.reads_virtual = reads_virtual  # some input may be a VirtualView
+        # some input's layout, or the node's own sizes, depend on the graph's symbols (else a call with new
+        # symbol values but the trusted layouts of the call before gives this step the same layouts again)
+        self.sized_layouts = sized_layouts or self.symbolic
 
     def __call__(self, call: Call | None, args, sizes: tuple):
         target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target
         if call is not None and self.name not in self.plan.fallback_nodes:
-            steady = call.steady and self.trusts_layouts
+            steady = (call.steady or call.steady_unsized and not self.sized_layouts) and self.trusts_layouts
             bound = self.last if steady else None
             try:
                 if bound is None:
@@ -92,17 +96,31 @@ class KernelStep:
         if lane == SPLIT and split is None:  # another layout than the plan's, too small to split
             lane = INLINE
         builts = None if launch.empty else self.plan.kernel_for(launch.spec, lane, call.runtime.claims(launch, lane))
-        cell = call.runtime.claim_cells.take() if builts and is_claimed(builts[0].name) else None
-        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell)
+        donor = self._evicted(call, builts)
+        cell = None
+        if builts and is_claimed(builts[0].name):
+            cell = donor.cell if donor is not None and donor.cell is not None else call.runtime.claim_cells.take()
+        bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell, donor=donor)
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
-            bound.planned = None if None in planned else planned
+            bound.planned = None if any(t is None for t in planned) else planned  # `in` would call Tensor.__eq__
         if not launch.fresh_prepared:
             bound.memo = [[_dead, 0, None] if keep else None for keep in self.long_lived]
-        if len(self.bound) >= 64:  # layouts that keep changing: do not grow without bound
-            self.bound.clear()
         self.bound[key] = bound
         return bound
+
+    def _evicted(self, call: Call, builts) -> Bound | None:
+        """Layouts that keep changing (a KV cache one longer each call) must not grow the bounds without end:
+        at BOUNDS_KEPT the oldest one goes, and gives its kernel copies (and claim cell) to the new bound where
+        it ran the same kernels (a copy of each kernel per call costs more than the kernel). Only in a call that
+        is not re-entrant: no other call of the plan is running, so each of its launches has been waited for."""
+        if len(self.bound) < BOUNDS_KEPT:
+            return None
+        key = next(iter(self.bound))
+        oldest = self.bound.pop(key)
+        if oldest is self.last:
+            self.last = None
+        return oldest if call.planned and builts and oldest.builts is builts else None
 
 
 def _dead():
@@ -201,7 +219,8 @@ class Plan:
                                                               or owner[a] in blocks.of) for a in node.args]
                     target = KernelStep(node.target, node.name, self, blocks.of.get(node),
                                         all(i in trusted for i in node.all_input_nodes), long_lived,
-                                        any(a in virtual for a in node.all_input_nodes))
+                                        any(a in virtual for a in node.all_input_nodes),
+                                        any(_sized_layout(a) for a in node.all_input_nodes))
                 cache = None
                 if (kind == VIEW and node.target is not operator.getitem and node not in to_output
                         and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
@@ -242,7 +261,9 @@ class Plan:
         call = None
         if self.runtime is not None:
             call = Call(self.runtime)
-            call.steady = signature == self._last_signature
+            last = self._last_signature
+            call.steady = signature == last
+            call.steady_unsized = last is not None and signature[0] == last[0]
             call.planned = not self._running  # a re-entrant call must not share the planned blocks
         self._last_signature = None
         reentrant, self._running = self._running, True
@@ -294,6 +315,12 @@ class Plan:
             if profile:
                 stats.profiled += 1
                 stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+def _sized_layout(node: fx.Node) -> bool:
+    """node's layout may depend on the graph's symbols (or is not known)."""
+    value = node.meta.get("val")
+    return not isinstance(value, torch.Tensor) or tensor_has_symbols(value)
 
 
 def _signature(args, trusted: bool) -> tuple:

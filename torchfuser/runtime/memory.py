@@ -16,7 +16,6 @@ uploaded, kernel results stay on the device, and `to_host()` reads back what the
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import weakref
 from collections import OrderedDict
@@ -117,6 +116,17 @@ def storage_span(t: torch.Tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.nbytes()
 
 
+class _HostSpan:
+    """Bytes at an address, as numpy reads them (`np.asarray`): an array that does not own or keep alive the
+    memory, without a ctypes array type per size (ctypes keeps every one it makes, and np.ctypeslib's view
+    of them slowed to ~0.1 ms once thousands of sizes had been bound, as a growing KV cache does)."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, address: int, nbytes: int):
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+
 class ZeroCopyBinder:
     """USE_HOST_PTR buffers over torch storages; cached by (address, bytes), never owning the memory."""
 
@@ -145,10 +155,11 @@ class ZeroCopyBinder:
     def _create(self, key):
         import pyopencl as cl
 
-        address, nbytes = key
-        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
-        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
-        buffer = self._buffers[key] = cl.Buffer(self.device.context, flags, hostbuf=view)
+        if key[0] == 0:  # an empty storage has no memory: a buffer of its own stands for it (nothing reads it)
+            buffer = self._buffers[key] = cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, size=ALIGNMENT)
+        else:
+            flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
+            buffer = self._buffers[key] = cl.Buffer(self.device.context, flags, hostbuf=np.asarray(_HostSpan(*key)))
         if len(self._buffers) > self._capacity:
             self._buffers.popitem(last=False)
         return buffer
