@@ -141,12 +141,52 @@ class FrameReplay:
             f = self.frame_function
             function = None
             if _replayable(code):
-                function = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+                direct = _direct(code, f.__globals__)
+                function = types.FunctionType(direct, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
                 function.__kwdefaults__ = f.__kwdefaults__
             if len(self.translations) >= _TRANSLATIONS_KEPT:
                 self.translations.clear()
             found = self.translations[id(code)] = (code, function)
         return found[1]
+
+
+_DIRECT = "__torchfuser_direct_"  # globals the replayed code reads instead of Dynamo's wrapped ones
+
+
+class _ProfilerMarks(types.ModuleType):
+    """torch._dynamo.utils as the translated code reads it, but its pregraph-bytecode profiler marks without the
+    wrapper that switches Dynamo's frame evaluation off around them (there is none to switch off in a replay)."""
+
+    def __init__(self, utils):
+        super().__init__(utils.__name__)
+        self._utils = utils
+        for name in ("record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit"):
+            setattr(self, name, inspect.unwrap(getattr(utils, name)))
+
+    def __getattr__(self, name):
+        return getattr(self._utils, name)
+
+
+def _direct(code: types.CodeType, frame_globals: dict) -> types.CodeType:
+    """The translated code, calling the compiled graph and the profiler marks without Dynamo's `disable` wrappers.
+
+    Each wrapper switches Dynamo's frame evaluation off for the call and back on after it, a few microseconds
+    for every call of a small graph. A replay runs only where no evaluation callback is set (FrameReplay
+    declines otherwise), so the unwrapped callables do exactly what the wrapped ones would. Their globals are
+    added next to Dynamo's own `__compiled_fn_*` in the frame function's module; other names are untouched."""
+    names = list(code.co_names)
+    for i, name in enumerate(names):
+        target = frame_globals.get(name)
+        if name.startswith("__compiled_fn") and getattr(target, "_torchdynamo_disable", False):
+            inner = getattr(target, "_torchdynamo_orig_callable", None)
+            if callable(inner):
+                names[i] = f"{_DIRECT}{name}"
+                frame_globals[names[i]] = inner
+        elif isinstance(target, types.ModuleType) and target.__name__ == "torch._dynamo.utils":
+            names[i] = f"{_DIRECT}dynamo_utils"
+            if not isinstance(frame_globals.get(names[i]), _ProfilerMarks):
+                frame_globals[names[i]] = _ProfilerMarks(target)
+    return code.replace(co_names=tuple(names))
 
 
 def _frame_of(dynamo_wrapper) -> tuple[types.FunctionType, torch.nn.Module | None] | None:

@@ -200,3 +200,22 @@ def test_a_compiled_module_called_inside_another_compiled_function(recwarn):
     for _ in range(2):
         assert_close(outer(x), model(x) * 2)
     assert not [w for w in recwarn if "does not know how to trace" in str(w.message)]
+
+
+def _scaled_sum(x, y):
+    return torch.relu(x) * 2.0 + y
+
+
+@torch.no_grad()
+def test_replayed_code_calls_the_graph_without_dynamo_s_disable_wrappers_and_keeps_the_profiler_marks():
+    compiled = torchfuser.compile(_scaled_sum)
+    x, y = torch.randn(5, 7), torch.randn(7)
+    for _ in range(3):
+        assert_close(compiled(x, y), _scaled_sum(x, y))
+    assert compiled.replay.calls == 2
+    direct = [v for n, v in globals().items() if n.startswith("__torchfuser_direct___compiled_fn")]
+    assert direct and all(hasattr(v, "compiled") for v in direct)  # the backend's own callable, unwrapped
+    with torch.profiler.profile() as profiler:
+        assert_close(compiled(x, y), _scaled_sum(x, y))
+    assert compiled.replay.calls == 3
+    assert any(e.name == "Pregraph bytecode" for e in profiler.events())
