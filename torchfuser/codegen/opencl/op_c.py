@@ -30,7 +30,7 @@ C_TEMPLATES: dict[str, str | dict] = {
     "silu": "(({a}) / (({T})1 + exp(-({a}))))",
     "gelu": "tf_gelu_erf_{T}({a})",
     "gelu_tanh": "tf_gelu_tanh_{T}({a})",
-    "tanh": "tanh({a})",
+    "tanh": "tf_tanh_{T}({a})",
     "exp": "exp({a})",
     "log": "log({a})",
     "log1p": "log1p({a})",
@@ -91,8 +91,9 @@ inline TYPE tf_floordiv_TYPE(TYPE a, TYPE b) {
 
 # Helpers referenced by the templates, emitted once per kernel for each C type it uses (TYPE is the scalar
 # or vector type, e.g. float or float16). erf: the rational approximation used by Eigen/XLA (accurate to
-# float32); PoCL's built-in erf is very slow. Its polynomials use fma, not mad: without fast-math flags mad is a
-# multiply and an add, twice the latency along each polynomial's chain (gelu over 1M floats: a third slower).
+# float32); PoCL's built-in erf is very slow. tanh: Eigen's rational approximation for float (a few ulp; PoCL's
+# built-in tanh is several times slower). Their polynomials use fma, not mad: without fast-math flags mad is a
+# multiply and an add, twice the latency along each polynomial's chain.
 _HELPER_TEMPLATES = {
     "float": """
 inline TYPE tf_maximum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
@@ -112,14 +113,28 @@ inline TYPE tf_erf_TYPE(TYPE x) {
 inline TYPE tf_gelu_erf_TYPE(TYPE x) {
   return GELU_AT_INF(TYPE)0.5f * x * ((TYPE)1.0f + tf_erf_TYPE(x * (TYPE)0x1.6a09e6p-1f));
 }
+inline TYPE tf_tanh_TYPE(TYPE x) {
+  const TYPE xc = clamp(x, (TYPE)-7.90531110763549805f, (TYPE)7.90531110763549805f);
+  const TYPE x2 = xc * xc;
+  TYPE p = (TYPE)-2.76076847742355e-16f;
+  p = fma(x2, p, (TYPE)2.00018790482477e-13f); p = fma(x2, p, (TYPE)-8.60467152213735e-11f);
+  p = fma(x2, p, (TYPE)5.12229709037114e-08f); p = fma(x2, p, (TYPE)1.48572235717979e-05f);
+  p = fma(x2, p, (TYPE)6.37261928875436e-04f); p = fma(x2, p, (TYPE)4.89352455891786e-03f);
+  TYPE q = (TYPE)1.19825839466702e-06f;
+  q = fma(x2, q, (TYPE)1.18534705686654e-04f); q = fma(x2, q, (TYPE)2.26843463243900e-03f);
+  q = fma(x2, q, (TYPE)4.89352518554385e-03f);
+  const TYPE r = (isnan(x) || fabs(x) < (TYPE)0.0004f) ? x : xc * p / q;
+  return fabs(x) >= (TYPE)9.0f ? copysign((TYPE)1.0f, x) : r;  // where float32's tanh is +-1 (and at +-inf)
+}
 inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
-  return (TYPE)0.5f * x * ((TYPE)1.0f + tanh((TYPE)0x1.988454p-1f * (x + (TYPE)0.044715f * x * x * x)));
+  return (TYPE)0.5f * x * ((TYPE)1.0f + tf_tanh_TYPE((TYPE)0x1.988454p-1f * (x + (TYPE)0.044715f * x * x * x)));
 }
 """ + _DIVISION_HELPERS,
     "double": """
 inline TYPE tf_maximum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmax(a, b); }
 inline TYPE tf_minimum_TYPE(TYPE a, TYPE b) { return (isnan(a) || isnan(b)) ? (a + b) : fmin(a, b); }
 inline TYPE tf_erf_TYPE(TYPE x) { return erf(x); }
+inline TYPE tf_tanh_TYPE(TYPE x) { return tanh(x); }
 inline TYPE tf_gelu_erf_TYPE(TYPE x) { return (TYPE)0.5 * x * ((TYPE)1.0 + erf(x * (TYPE)M_SQRT1_2)); }
 inline TYPE tf_gelu_tanh_TYPE(TYPE x) {
   return (TYPE)0.5 * x * ((TYPE)1.0 + tanh((TYPE)(M_SQRT2 * M_2_SQRTPI * 0.5) * (x + (TYPE)0.044715 * x * x * x)));
