@@ -25,7 +25,10 @@ import numpy as np
 from torchfuser.runtime.kernel_cache import build_quietly
 from torchfuser.runtime.memory import ALIGNMENT
 
-LINGER_SECONDS = 200e-6  # about one decode step's host work between two of its split launches
+# Longer than the host work between a call's last split launch and the next call's first (Dynamo's guards and the
+# call's preamble on caches a GEMV has just streamed through, a norm in the calling thread): in a loop of decoder
+# blocks at one token the workers are still awake for the next call
+LINGER_SECONDS = 500e-6
 _SOURCE = """
 __kernel void linger(volatile __global const int* flag, const int parity, const int polls) {
   for (int i = 0; i < polls && flag[0] == parity; ++i) { }
