@@ -182,10 +182,12 @@ class Call:
             split = self.runtime.split_point(launch) if lane == SPLIT else None
         return self.enqueue(Bound(launch, builts, label or target.__name__, lane=lane, split=split), inputs)
 
-    def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False):
+    def enqueue(self, bound: Bound, inputs, outs: list | None = None, same_offsets: bool = False,
+                alternate: bool = False):
         """Allocate the outputs (unless given: planned ones), bind this call's buffers into the bound argument
         list (unless the kernels hold them from the last enqueue) and enqueue. same_offsets: the inputs' storage
-        offsets are those of the bound's last enqueue."""
+        offsets are those of the bound's last enqueue; alternate: a steady call, whose addresses may be those
+        the bound's spare kernel copies hold (a caller keeping the last result)."""
         if outs is None:
             allocate = self.runtime.arena.allocate
             outs = [allocate(layout) for layout in bound.outputs]
@@ -195,7 +197,7 @@ class Call:
                 self.runtime.release_workers()
             if bound.prepares:
                 inputs = launch.prepare(list(inputs), self)
-            if not (same_offsets and bound.addresses is not None and self._armed_for(bound, inputs, outs)):
+            if not (same_offsets and bound.addresses is not None and self._armed_for(bound, inputs, outs, alternate)):
                 inputs = self._arm(bound, inputs, outs, same_offsets)
             if bound.lane == THREADED:
                 self._enqueue_threaded(bound)
@@ -208,12 +210,16 @@ class Call:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     @staticmethod
-    def _armed_for(bound: Bound, inputs, outs) -> bool:
-        """Whether the kernels, or else the spare copies (then swapped in), hold these inputs' and outputs'
-        buffers. Else the spare copies are swapped in to be armed: the other set keeps its buffers."""
+    def _armed_for(bound: Bound, inputs, outs, alternate: bool) -> bool:
+        """Whether the kernels, or else (alternate) the spare copies (then swapped in), hold these inputs' and
+        outputs' buffers. Else the spare copies are swapped in to be armed: the other set keeps its buffers.
+        Without `alternate` (new layouts, as a growing KV cache brings each call) the kernels are armed again
+        in place: a spare set would only be one more to copy and type."""
         addresses = [t.data_ptr() for t in (*inputs, *outs)]
         if bound.addresses == addresses:
             return True
+        if not alternate:
+            return False
         bound.switch_arming()
         return bound.addresses == addresses
 

@@ -80,7 +80,7 @@ class KernelStep:
                     reads = bound.launch.prepare_reads
                     args = [real(a) if reads is None or i in reads else a for i, a in enumerate(args)]
                 # a bound is found by its inputs' layouts, storage offsets included: they are its last enqueue's
-                return call.enqueue(bound, args, bound.planned if call.planned else None, True)
+                return call.enqueue(bound, args, bound.planned if call.planned else None, True, steady)
             except KernelBuildError as error:  # a new input layout whose kernel does not build
                 self.plan.fallback_nodes[self.name] = f"OpenCL build failed: {error.log.strip()[:2000]}"
                 warnings.warn(f"torchfuser: {error}; {self.name} runs in PyTorch from now on", RuntimeWarning)

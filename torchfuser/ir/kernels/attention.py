@@ -10,6 +10,7 @@ tensor itself through its strides.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -93,7 +94,15 @@ class AttentionSpec(KernelSpec):
 
 def sdpa_output_strides(q) -> tuple:
     """The strides eager SDPA gives its output: empty_like(q) (q's layout when dense, else contiguous)."""
-    return torch.empty_like(torch.empty_strided(tuple(q.shape), tuple(q.stride()), device="meta")).stride()
+    shape, stride = tuple(q.shape), tuple(q.stride())
+    if all(type(x) is int for x in shape + stride):
+        return _empty_like_strides(shape, stride)
+    return _empty_like_strides.__wrapped__(shape, stride)  # symbolic sizes: not hashable
+
+
+@functools.lru_cache(maxsize=256)  # a decode step's query has the same layout every call: one meta op, not one per bind
+def _empty_like_strides(shape: tuple, stride: tuple) -> tuple:
+    return torch.empty_like(torch.empty_strided(shape, stride, device="meta")).stride()
 
 
 class AttentionKernel(FusedKernel):
