@@ -130,7 +130,9 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         fake_inputs = [_at_example_sizes(a.meta["val"]) for a in node.args]
         target = target.at_sizes(plan.bindings.symbols, plan.bindings.example)
         try:
-            tuning = kind.tune(plan.runtime, target, fake_inputs, options.autotune) if kind.tune else None
+            sizes_vary = any(isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+                             and tensor_has_symbols(a.meta["val"]) for a in node.args)
+            tuning = kind.tune(plan.runtime, target, fake_inputs, options.autotune, sizes_vary) if kind.tune else None
             launch = configure(target, fake_inputs, plan.runtime.device.type_name)
         except KernelBuildError as error:
             _build_failed(plan, report, node, error)

@@ -54,9 +54,12 @@ def tuning_key(kernel: GemmKernel, inputs) -> str:
     return f"{layout}|{epilogue}" + (f"|{kernel.window.text()}" if kernel.window is not None else "")
 
 
-def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) -> dict | None:
+def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, sizes_vary: bool = False) -> dict | None:
     """Choose the variant for these (fake or real) inputs; sets the node's choice and returns the record.
-    search: "off", "default" or "max" (None: default_search()). Empty GEMMs need no choice (None)."""
+    search: "off", "default" or "max" (None: default_search()). Empty GEMMs need no choice (None).
+    sizes_vary: the inputs are one example of symbolic sizes. The default search then takes the database's
+    choice where it has one and else the heuristic: a search (seconds for a big GEMM, at compile time and so in
+    the middle of a user's first call) would tune only the example's sizes, which later calls rarely have."""
     if not (inputs[0].numel() and inputs[1].numel()):
         return None
     search = search or default_search()
@@ -74,14 +77,15 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None) ->
         record = database.get(device.identity, key)
         if record is not None:
             record = {**record, "source": "tuning database"}
-        elif flops >= SEARCH_MIN_FLOPS or search == "max":
+        elif search == "max" or flops >= SEARCH_MIN_FLOPS and not sizes_vary:
             from torch._subclasses.fake_tensor import unset_fake_temporarily
 
             with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
-        why = f"{flops:.0f} FLOP: too small to tune" if search != "off" else "autotuning is off"
+        why = ("autotuning is off" if search == "off" else "sizes vary between calls: not tuned at one example"
+               if sizes_vary and flops >= SEARCH_MIN_FLOPS else f"{flops:.0f} FLOP: too small to tune")
         variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
         variant, misfit_note = gemm_launch.fitted(variant, state.limits)
         record = {"winner": variant.name, "candidates": {},

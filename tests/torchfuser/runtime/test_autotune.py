@@ -128,6 +128,24 @@ def test_tiny_gemms_are_not_worth_a_search(tuning, monkeypatch):
     assert "too small to tune" in kernel["tuning"]["source"]
 
 
+def test_symbolic_sizes_take_the_database_or_the_heuristic_and_max_still_searches(tuning):
+    """A GEMM whose rows Dynamo marks dynamic is not searched at its example size (the default search), unless
+    autotune="max"; either way every size agrees with eager."""
+    m = model()
+    records = {}
+    for search in ("default", "max"):
+        torch._dynamo.reset()
+        compiled = torch.compile(m, backend="torchfuser", dynamic=True, options={"autotune": search})
+        with torch.no_grad(), torchfuser.collect_reports() as reports:
+            for rows in (5, 33, 70):
+                x = torch.randn(rows, 48)
+                assert_close(compiled(x), m(x), atol=1e-4)
+        (kernel,) = [k for k in reports[-1].to_dict()["kernels"] if k["kind"] == "gemm"]
+        records[search] = kernel["tuning"]
+    assert "sizes vary between calls" in records["default"]["source"]
+    assert records["max"]["source"] == "tuned"
+
+
 def test_variant_names_round_trip():
     variants = [gemm_launch.GemmVariant("packed", *v) for vs in gemm_launch.PACKED_VARIANTS.values() for v in vs]
     variants += [gemm_launch.tiled_variant(*v) for v in gemm_launch.TILED_VARIANTS]

@@ -99,7 +99,9 @@ class KernelKind:
     spec: type  # the frozen spec its launches build
     source: Callable  # spec -> OpenCL C
     configure: Callable  # (node, inputs, device type) -> Launch: spec, sizes, arguments for these layouts
-    tune: Callable | None = None  # (runtime, node, fake inputs, search) -> record for the report, or None
+    # (runtime, node, fake inputs, search, sizes_vary) -> record for the report, or None; sizes_vary: the inputs'
+    # sizes are symbolic (the fake inputs are at Dynamo's example sizes, one of many the launch will see)
+    tune: Callable | None = None
     transforms: Callable | None = None  # (launch, inputs) -> one-time constant transforms, in words
 
 
