@@ -160,7 +160,7 @@ def _flatten(value):
     return [value]
 
 
-KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL = range(5)
+KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT = range(6)
 
 aten = torch.ops.aten
 # View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
@@ -212,7 +212,9 @@ class Plan:
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIRTUAL if node in virtual
-                        else VIEW if node.target is operator.getitem or node.target in VIEW_OPS else FALLBACK)
+                        else VIEW if node.target is operator.getitem or node.target in VIEW_OPS
+                        else WEIGHT if getattr(node.target, "weight_transform", False) and not node.kwargs
+                        else FALLBACK)
                 target = _view_function(node) if kind == VIEW else node.target
                 if kind == KERNEL:
                     long_lived = [isinstance(a, fx.Node) and (owner[a].op in ("placeholder", "get_attr")
@@ -286,6 +288,13 @@ class Plan:
                 env[slot] = target(call, args, sizes)
             elif kind == VIRTUAL:
                 env[slot] = virtual_view(target, *args)
+            elif kind == WEIGHT:  # kept while its weights are unchanged: then no host work, nor any wait for it
+                made = target.kept(args)
+                if made is None:
+                    if call is not None:
+                        call.before_host_read(tensors_in(args))
+                    made = target(*args)
+                env[slot] = made
             elif cache is not None and cache.base is args[0] and cache.address == args[0].data_ptr():
                 env[slot] = cache.view
             else:

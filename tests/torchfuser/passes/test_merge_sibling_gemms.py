@@ -83,6 +83,28 @@ def test_a_weight_updated_in_place_is_concatenated_again():
         assert not torchfuser.last_report().fallbacks  # the concatenation is a weight transform, not an op
 
 
+def test_a_kept_concatenation_costs_no_host_read_and_a_new_version_is_made_after_one(monkeypatch):
+    """While the weights are unchanged the plan takes the kept concatenation without waiting for launches or
+    letting the workers go (the split GEMM after it would wake them again); a new version is made after both."""
+    from torchfuser.runtime.call import Call
+
+    model, x = QKVAndSwiGLU().eval(), torch.randn(1, 1, 64)
+    host_reads = []
+    original = Call.before_host_read
+    monkeypatch.setattr(Call, "before_host_read", lambda call, tensors: (host_reads.append(len(tensors)),
+                                                                          original(call, tensors))[1])
+    with torch.no_grad():
+        f = torchfuser.compile(model)
+        for _ in range(3):
+            assert_close(f(x), model(x), atol=1e-4)
+        host_reads.clear()
+        assert_close(f(x), model(x), atol=1e-4)
+        assert host_reads == []
+        model.q.weight.add_(0.5)
+        assert_close(f(x), model(x), atol=1e-4)
+        assert host_reads  # the remade concatenation read the weights on the host
+
+
 def test_gemms_of_activations_or_training_graphs_are_left_alone():
     def two_products(x, a, b):  # a and b are inputs, not weights: nothing to make once
         return x @ a, x @ b
