@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.kernels.cat import skipped_by_cat
 from torchfuser.ir.program import Const, GatherRead, LastDimRead, Program, ProgramBuilder
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import Lowerer, NotLowerable, constant_value, dtype_name, tensor_meta
@@ -132,7 +133,7 @@ def index_dim(node: fx.Node) -> int:
 
 def cat_operands(node: fx.Node) -> list:
     """The operands eager concatenates: it skips empty 1-d tensors whatever the other operands' rank."""
-    return [a for a in node.args[0] if not (tensor_meta(a) is not None and tensor_meta(a).shape == (0,))]
+    return [a for a in node.args[0] if not (tensor_meta(a) is not None and skipped_by_cat(tensor_meta(a)))]
 
 
 def is_index_slice(node) -> bool:

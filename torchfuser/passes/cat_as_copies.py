@@ -23,6 +23,7 @@ import torch.fx as fx
 from torchfuser.ir.dtypes import DTYPE_NAMES
 from torchfuser.ir.kernels import CatKernel
 from torchfuser.lowering.from_aten import node_arg, tensor_meta
+from torchfuser.lowering.region import cat_operands
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id, record_unfused
 
 aten = torch.ops.aten
@@ -62,14 +63,10 @@ def cat_problem(node: fx.Node) -> str | None:
         return "the result is not a tensor with dims"
     if meta.dtype not in DTYPE_NAMES:
         return f"dtype {meta.dtype} is not supported by the kernels"
-    present = 0
-    for x in operands:
-        t = tensor_meta(x) if isinstance(x, fx.Node) else None
-        if t is None or t.dtype != meta.dtype:
-            return "an operand of another dtype than the result (eager promotes it)"
-        if t.dim() == 1 and t.shape[0] == 0:
-            continue
-        if t.dim() != meta.dim():
-            return "an operand of another rank than the result"
-        present += 1
+    values = [tensor_meta(x) if isinstance(x, fx.Node) else None for x in operands]
+    if any(t is None or t.dtype != meta.dtype for t in values):
+        return "an operand of another dtype than the result (eager promotes it)"
+    present = cat_operands(node)
+    if any(tensor_meta(x).dim() != meta.dim() for x in present):
+        return "an operand of another rank than the result"
     return None if present else "every operand is an empty 1-d tensor"

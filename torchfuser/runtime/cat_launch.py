@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torchfuser.ir.dtypes import DTYPE_NAMES
-from torchfuser.ir.kernels.cat import CatKernel, CatSpec
+from torchfuser.ir.kernels.cat import CatKernel, CatSpec, skipped_by_cat
 from torchfuser.ir.layout import collapse, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.launch import Launch
 
@@ -51,7 +51,7 @@ class CopyingCatLaunch(CatLaunch):
 
 
 def configure_cat(kernel: CatKernel, inputs, device_type: str) -> CatLaunch:
-    present = [t for t in inputs if not _skipped(t)]
+    present = [t for t in inputs if not skipped_by_cat(t)]
     rank = present[0].dim()
     d = kernel.dim % rank
     shape = list(present[0].shape)
@@ -60,7 +60,7 @@ def configure_cat(kernel: CatKernel, inputs, device_type: str) -> CatLaunch:
     width = shape[d] * inner
     copies, runs, strides = [], [], []
     for i, t in enumerate(inputs):
-        if _skipped(t) or t.numel() == 0:
+        if skipped_by_cat(t) or t.numel() == 0:
             runs.append(0)
             strides.append([0] * d)
             continue
@@ -74,8 +74,9 @@ def configure_cat(kernel: CatKernel, inputs, device_type: str) -> CatLaunch:
     dims = collapse(outer, [out_outer, *strides]) or [(1, [0] * (len(inputs) + 1))]
     rows = math.prod(outer)
     numel = rows * width
-    span = max(SPAN_MIN, -(-width // max(1, -(-SPREAD // max(rows, 1)))))
-    span = min(SPAN_MAX, -(-span // 16) * 16)
+    runs_per_row = -(-SPREAD // max(rows, 1))  # enough items over all rows for every thread
+    span = min(SPAN_MAX, max(SPAN_MIN, -(-width // runs_per_row)))
+    span = -(-span // 16) * 16  # whole 16-float vectors
     chunks = max(1, -(-width // span))
     reach = max([numel] + [extent(t) for t in inputs])
     spec = CatSpec(DTYPE_NAMES[present[0].dtype], len(inputs), len(dims), index_type_for(reach))
@@ -86,11 +87,6 @@ def configure_cat(kernel: CatKernel, inputs, device_type: str) -> CatLaunch:
     return kind(spec, (-(-items // CAT_GROUP) * CAT_GROUP,), [(tuple(shape), tuple(contiguous_strides(shape)),
                                                                 present[0].dtype)],
                 scalars, empty=numel == 0, local_size=(CAT_GROUP,), operand_scalars=operand_scalars, **extra)
-
-
-def _skipped(t) -> bool:
-    """An empty 1-d operand, which eager's cat skips whatever the other operands' rank."""
-    return t.dim() == 1 and t.shape[0] == 0
 
 
 def _one_run(sizes, strides) -> bool:

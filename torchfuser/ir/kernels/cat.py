@@ -38,6 +38,12 @@ class CatSpec(KernelSpec):
         return f"cat dtype={self.dtype} inputs={self.n_inputs} outer={self.outer_ndim} index={self.index_type}"
 
 
+def skipped_by_cat(t) -> bool:
+    """An empty 1-d tensor (or its fake value), which eager's cat skips whatever the other operands' rank (Hugging
+    Face's KV cache starts as `torch.tensor([])`)."""
+    return t.dim() == 1 and t.shape[0] == 0
+
+
 class CatKernel(FusedKernel):
     """out = torch.cat(inputs, dim)."""
 
