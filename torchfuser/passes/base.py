@@ -109,10 +109,11 @@ def insert_fused_node(gm: fx.GraphModule, kernel: FusedKernel, inputs, covered: 
     with graph.inserting_after(covered[-1]):
         fused = graph.call_function(kernel, tuple(inputs))
     fused.meta["val"] = out_vals
-    fused.meta["torchfuser_covers"] = [n.name for n in covered]
+    # a covered node that is itself a fused kernel (an epilogue fused into it) passes on what it covers
+    fused.meta["torchfuser_covers"] = [c for n in covered for c in n.meta.get("torchfuser_covers", [n.name])]
     fused.meta["torchfuser_sources"] = [
-        {"stack_trace": n.meta.get("stack_trace"), "nn_module_stack": n.meta.get("nn_module_stack")}
-        for n in covered
+        s for n in covered for s in n.meta.get("torchfuser_sources", [
+            {"stack_trace": n.meta.get("stack_trace"), "nn_module_stack": n.meta.get("nn_module_stack")}])
     ]
     for key in ("stack_trace", "nn_module_stack"):
         value = next((n.meta[key] for n in reversed(covered) if n.meta.get(key)), None)

@@ -1,31 +1,31 @@
-"""depthwise_conv_as_windows: a depthwise convolution becomes a weighted sum of one strided view per tap.
+"""depthwise_conv_as_windows: a depthwise convolution becomes a direct kernel, or a weighted sum of its windows.
 
 A depthwise convolution (groups = input channels = output channels) filters each channel on its own: output
-channel c at (oh, ow) is the sum over taps (i, j) of x[c] at (oh * s0 + i * d0, ow * s1 + j * d1) times w[c,
-0, i, j], plus b[c]. Each tap's reads are a strided view of the (zero-padded) input with the output's shape,
-as in pool_as_windows, and its weight is a per-channel operand [C, 1, 1]; the sum is elementwise, so
-fuse_pointwise makes the whole convolution one kernel that reads the input in place, with what follows (a
-folded batch norm's shift is the bias already; ReLU6, a residual add) in the same kernel. This is the direct
-schedule for depthwise convolutions: no GEMM, since each output reads only KH x KW inputs and as many weights.
+channel c at (oh, ow) is the sum over taps (i, j) of x[c] at (oh * s0 - p0 + i * d0, ow * s1 - p1 + j * d1)
+times w[c, 0, i, j], plus b[c]. No GEMM: each output reads only KH x KW inputs and as many weights.
 
-Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=C)` with x [N,
-C, *S] (1 or 2 spatial dims), w [C, 1, *K] and at most MAX_TAPS taps becomes
+Rule, float32 x whose channels are innermost in memory (channels-last, as between conv_as_gemm's
+convolutions): one depthwise kernel (ir/kernels/depthwise.py) over x's NHWC view, any window, stride and
+dilation; taps that fall in the padding are skipped, so no padded copy of x is made. Its weights are w as a
+[KH * KW, C] matrix (made once per weight version), its bias the start of its epilogue, into which
+fuse_gemm_epilogue takes what follows (ReLU6, a residual add: moved onto the NHWC view here).
+
+    before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 192)   # x [4, 192, 56, 56] NHWC
+    after:   t = tf_conv_weight_as_matrix(w); k = tf_depthwise_group0(permute(x, [0, 2, 3, 1]), t, b)
+             y = permute(view(k, [4, 56, 56, 192]), [0, 3, 1, 2])
+
+Rule, any other x (NCHW): each tap's reads are a strided view of the zero-padded input with the output's
+shape, as in pool_as_windows, and its weight a per-channel operand [C, 1, 1]; the sum is elementwise, so
+fuse_pointwise makes the whole convolution one kernel with what follows:
 
     xp = cat([0, cat([0, x, 0], -1), 0], -2)                                    # with padding only
     tap(i, j) = xp[..., i*d0 : i*d0 + s0*(OH-1) + 1 : s0, j*d1 : j*d1 + s1*(OW-1) + 1 : s1]
     y = tap(0, 0) * w[:, 0, 0, 0, None, None] + tap(0, 1) * w[:, 0, 0, 1, None, None] + ... [+ b[:, None, None]]
 
-An input whose channels are innermost in memory (channels-last, as between conv_as_gemm's convolutions) is
-summed over its NHWC view instead: each tap's run of channels is contiguous and its weights are row t of w
-as a [KH * KW, C] matrix (made once per weight version), broadcast along it; the result is viewed back.
-
-Preconditions: floating x and w of one dtype, static sizes, at most MAX_TAPS taps, stride 1 where x is NCHW.
-Larger windows, strided ones over NCHW, depth multipliers (C_out a multiple of C), other grouped, transposed
+Preconditions: floating x and w of one dtype, static sizes; for the window sum at most MAX_TAPS taps and stride
+1. Larger or strided windows over NCHW, depth multipliers (C_out a multiple of C), other grouped, transposed
 and 3-d convolutions stay in PyTorch, with the reason. Runs after fold_batch_norm, so a batch norm after the
 convolution is in w and b already.
-
-    before:  y = convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 192)   # x [4, 192, 56, 56]
-    after:   xp = cat(... 0 ...); y = add(... 9 products of a slice of xp and a select of w ...)
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ from functools import partial
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseWindow, bias_epilogue
 from torchfuser.ir.layout import channels_innermost
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import (
-    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, record_unfused,
+    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, insert_fused_node, next_group_id,
+    record_unfused,
 )
 from torchfuser.passes.channels_last_between_convs import elementwise_in_nhwc
 
@@ -67,7 +69,10 @@ def depthwise_conv_as_windows(gm: fx.GraphModule) -> PassResult:
         if why is not None:
             record_unfused(node, NAME, why)
             continue
-        _rewrite(gm.graph, node)
+        if _as_kernel(node):
+            _rewrite_as_kernel(gm, node)
+        else:
+            _rewrite(gm.graph, node)
         rewritten += 1
     if rewritten:
         gm.graph.eliminate_dead_code()
@@ -86,59 +91,89 @@ def _problem(node: fx.Node) -> str | None:
     if groups != channels or w.shape[0] != channels:
         what = "a depth multiplier" if groups == channels else f"{groups} groups of {channels // groups} channels"
         return f"a grouped convolution with {what} (depthwise with one output per channel is lowered)"
+    if _as_kernel(node):
+        return None  # the depthwise kernel takes any window
     if math.prod(w.shape[2:]) > MAX_TAPS:
         return f"a depthwise convolution of more than {MAX_TAPS} taps (slower as windows than in PyTorch)"
-    if any(s != 1 for s in node.args[3]) and not channels_innermost(x):
+    if any(s != 1 for s in node.args[3]):
         return "a strided depthwise convolution of an NCHW input (slower as windows than in PyTorch)"
     return None
 
 
-def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
-    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
+def _as_kernel(node: fx.Node) -> bool:
+    x = tensor_meta(node.args[0])
+    return x.dtype == torch.float32 and channels_innermost(x)
+
+
+def _rewrite_as_kernel(gm: fx.GraphModule, node: fx.Node) -> None:
+    """A channels-last input: one depthwise kernel over its NHWC view, [M, C] viewed back as the result."""
+    graph = gm.graph
+    call = partial(call_with_value, graph)
     x, w, bias, stride, padding, dilation = node.args[:6]
-    spatial = tensor_meta(x).dim() - 2
-    kernel, out_sizes = tensor_meta(w).shape[2:], tensor_meta(node).shape[2:]
-    # channels-last memory (between conv_as_gemm's convolutions): the sum is made over the NHWC view, where a
-    # tap's run of channels is contiguous and the weights broadcast along it; else over NCHW
-    nhwc = channels_innermost(tensor_meta(x))
+    meta, out = tensor_meta(x), tensor_meta(node)
+    spatial = meta.dim() - 2
     to_nhwc = [0, *range(2, spatial + 2), 1]
-    dims = list(range(1, spatial + 1)) if nhwc else list(range(-spatial, 0))
+    window = DepthwiseWindow(meta.shape[0], *([1] * (2 - spatial)), *meta.shape[2:], meta.shape[1],
+                             *([1] * (2 - spatial)), *tensor_meta(w).shape[2:],
+                             *([1] * (2 - spatial)), *stride, *([0] * (2 - spatial)), *padding,
+                             *([1] * (2 - spatial)), *dilation)
     with graph.inserting_before(node):
-        if nhwc:
-            x = call(aten.permute.default, (x, to_nhwc))
-        for dim, pad in zip(reversed(dims), reversed(padding)):
-            if pad:
-                x = constant_pad(graph, x, dim, pad, 0.0)
-        if nhwc:  # per tap a contiguous run of C weights: [KH * KW, C], made once per weight version
-            per_tap = graph.call_function(ConvWeightAsMatrix(), (w,))
-            per_tap.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
-        else:
-            per_channel = call(aten.select.int, (w, 1, 0))  # [C, *K]
-        y = None
-        for number, taps in enumerate(_taps(kernel)):
-            view, weight = x, None if nhwc else per_channel
-            for dim, tap, step, dilate, count in zip(dims, taps, stride, dilation, out_sizes):
-                start = tap * dilate
-                view = call(aten.slice.Tensor, (view, dim, start, start + step * (count - 1) + 1, step))
-                if not nhwc:
-                    weight = call(aten.select.int, (weight, 1, tap))
-            weight = call(aten.select.int, (per_tap, 0, number)) if nhwc else _per_channel(call, weight, spatial)
-            term = call(aten.mul.Tensor, (view, weight))
-            y = term if y is None else call(aten.add.Tensor, (y, term))
-        if bias is not None:
-            y = call(aten.add.Tensor, (y, bias if nhwc else _per_channel(call, bias, spatial)))
-        if nhwc:
+        nhwc = call(aten.permute.default, (x, to_nhwc))
+        if spatial == 1:  # [N, L, C] as [N, 1, L, C]
+            nhwc = call(aten.unsqueeze.default, (nhwc, 1))
+        taps = graph.call_function(ConvWeightAsMatrix(), (w,))
+        taps.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+    kernel = DepthwiseKernel(window, bias_epilogue(bias is not None), next_group_id(gm))
+    inputs = [nhwc, taps] + ([bias] if bias is not None else [])
+    fused = insert_fused_node(gm, kernel, inputs, [node], meta.new_empty((window.rows, window.channels)))
+    with graph.inserting_after(fused):
+        sizes = [out.shape[0], *out.shape[2:], out.shape[1]]
+        y = call(aten.view.default, (fused, sizes))
+        with graph.inserting_after(y):
             y = call(aten.permute.default, (y, [to_nhwc.index(d) for d in range(spatial + 2)]))
     y.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(y)
     graph.erase_node(node)
-    if nhwc:  # the activation after it on the NHWC sum too, so fuse_pointwise makes them one kernel
-        views, frontier = {y}, [y]
-        while frontier:
-            for user in list(frontier.pop().users):
-                back = elementwise_in_nhwc(graph, user, views)
-                if back is not None:
-                    frontier.append(back)
+    _activation_in_nhwc(graph, y)
+
+
+def _activation_in_nhwc(graph: fx.Graph, y: fx.Node) -> None:
+    """The elementwise ops after the result onto its NHWC view, where they follow the kernel's memory order (so
+    fuse_gemm_epilogue takes them into it, and fuse_pointwise into a window sum)."""
+    views, frontier = {y}, [y]
+    while frontier:
+        for user in list(frontier.pop().users):
+            back = elementwise_in_nhwc(graph, user, views)
+            if back is not None:
+                frontier.append(back)
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+    """An NCHW input: the sum of one strided view of the padded input per tap, weights per channel."""
+    call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
+    x, w, bias, stride, padding, dilation = node.args[:6]
+    spatial = tensor_meta(x).dim() - 2
+    kernel, out_sizes = tensor_meta(w).shape[2:], tensor_meta(node).shape[2:]
+    dims = list(range(-spatial, 0))
+    with graph.inserting_before(node):
+        for dim, pad in zip(reversed(dims), reversed(padding)):
+            if pad:
+                x = constant_pad(graph, x, dim, pad, 0.0)
+        per_channel = call(aten.select.int, (w, 1, 0))  # [C, *K]
+        y = None
+        for taps in _taps(kernel):
+            view, weight = x, per_channel
+            for dim, tap, step, dilate, count in zip(dims, taps, stride, dilation, out_sizes):
+                start = tap * dilate
+                view = call(aten.slice.Tensor, (view, dim, start, start + step * (count - 1) + 1, step))
+                weight = call(aten.select.int, (weight, 1, tap))
+            term = call(aten.mul.Tensor, (view, _per_channel(call, weight, spatial)))
+            y = term if y is None else call(aten.add.Tensor, (y, term))
+        if bias is not None:
+            y = call(aten.add.Tensor, (y, _per_channel(call, bias, spatial)))
+    y.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    node.replace_all_uses_with(y)
+    graph.erase_node(node)
 
 
 def _per_channel(call, value: fx.Node, spatial: int) -> fx.Node:

@@ -1,6 +1,7 @@
 """fuse_gemm_epilogue: a matrix multiply and the elementwise chain after it become one GEMM kernel.
 
-Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)`, then (through one reshape that keeps the last dim,
+Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)` (or a depthwise kernel, whose [M, C] result
+takes an epilogue as a GEMM's does: depthwise_conv_as_windows), then (through one reshape that keeps the last dim,
 as aot graphs put around Linear) the largest region of elementwise ops that reads the GEMM's result and
 has one exit: bias adds, activations (relu, silu, gelu, tanh, sigmoid, gelu_new's diamond ...), scales,
 residual adds. The region becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in
@@ -22,7 +23,8 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.aten import RESHAPES
-from torchfuser.ir.kernels import ConvPatches, GemmKernel
+from torchfuser.ir.kernels import ConvPatches, DepthwiseKernel, GemmKernel
+from torchfuser.ir.kernels.depthwise import bias_epilogue
 from torchfuser.ir.program import Const, ProgramBuilder
 from torchfuser.ir.symbolic import is_symbolic
 from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
@@ -38,13 +40,17 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
     group = next_group_id(gm)
     erased: list[fx.Node] = []
     fused = epilogue_ops = 0
+    depthwise = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in GEMMS:
+        if node.op != "call_function" or not (handles(node) or _bare_depthwise(node)):
             continue
         match = _match(node)
         if isinstance(match, str):
             record_unfused(node, "fuse_gemm_epilogue", match)
             continue
+        if match.depthwise and not match.chain:
+            continue  # its own epilogue (the bias) is all there is
+        depthwise += match.depthwise
         _rewrite(gm, match, group + fused)
         erased += match.erased
         fused += 1
@@ -52,7 +58,7 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
     if fused:
         erase_nodes(gm, erased)
     return PassResult(gm, fused > 0, {
-        "gemm_epilogue": fused, "epilogue_ops": epilogue_ops,
+        "gemm_epilogue": fused - depthwise, "depthwise_epilogue": depthwise, "epilogue_ops": epilogue_ops,
         "nodes_before": before, "nodes_after": count_ops(gm),
     })
 
@@ -60,10 +66,12 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
 class _Match:
     def __init__(self, gemm: fx.Node):
         self.gemm = gemm
+        self.depthwise = _bare_depthwise(gemm)  # x, taps[, bias]: the bias is where an addmm's is
         addmm = gemm.target is aten.addmm.default
         self.a, self.b = (gemm.args[1], gemm.args[2]) if addmm else gemm.args[:2]
         self.beta, self.alpha = gemm.kwargs.get("beta", 1), gemm.kwargs.get("alpha", 1)
-        self.bias = gemm.args[0] if addmm and self.beta != 0 else None
+        self.bias = gemm.args[0] if addmm and self.beta != 0 else gemm.args[2] if self.depthwise and len(
+            gemm.args) > 2 else None
         self.batched = gemm.target is aten.bmm.default
         self.rows, self.cols = tensor_meta(gemm).shape[-2:]
         self.reshape: fx.Node | None = None  # between the GEMM and its chain
@@ -97,6 +105,12 @@ def handles(node: fx.Node) -> bool:
     return node.target in GEMMS
 
 
+def _bare_depthwise(node: fx.Node) -> bool:
+    """A depthwise kernel as depthwise_conv_as_windows made it: its epilogue the bias alone."""
+    kernel = node.target
+    return isinstance(kernel, DepthwiseKernel) and kernel.epilogue == bias_epilogue(len(node.args) > 2)
+
+
 def _match(gemm: fx.Node) -> _Match | str:
     """The match, or why there is none."""
     metas = [tensor_meta(n) for n in gemm.all_input_nodes] + [tensor_meta(gemm)]
@@ -104,7 +118,7 @@ def _match(gemm: fx.Node) -> _Match | str:
         return "the GEMM kernel takes float32 operands only"
     m = _Match(gemm)
     rank = 3 if m.batched else 2
-    if (m.window is None and tensor_meta(m.a).dim() != rank) or tensor_meta(m.b).dim() != rank:
+    if not m.depthwise and ((m.window is None and tensor_meta(m.a).dim() != rank) or tensor_meta(m.b).dim() != rank):
         return f"operands of rank other than {rank}"
     nxt = _only_user(gemm)
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
@@ -203,7 +217,9 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     for node in m.chain:
         values[node] = lowerer.lower(node)
     epilogue = builder.build([values[last]])
-    fused = insert_fused_node(gm, GemmKernel(epilogue, group, m.window), inputs, m.erased, tensor_meta(m.gemm))
+    kernel = (DepthwiseKernel(m.gemm.target.window, epilogue, group) if m.depthwise
+              else GemmKernel(epilogue, group, m.window))
+    fused = insert_fused_node(gm, kernel, inputs, m.erased, tensor_meta(m.gemm))
     result = fused
     if m.reshape is not None:  # the epilogue ran on the 2-D result: give users the shape they expect
         with graph.inserting_after(fused):

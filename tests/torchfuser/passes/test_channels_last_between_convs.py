@@ -112,9 +112,9 @@ def test_conv1d_stack_stays_nlc_and_its_transposed_result_has_eager_strides():
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_convolution_between_gemm_convolutions_sums_its_taps_in_nhwc(stride):
+def test_depthwise_convolution_between_gemm_convolutions_reads_and_writes_nhwc(stride):
     """MobileNetV2's block: its depthwise convolution reads the expansion's channels-last result as an NHWC
-    view (depthwise_conv_as_windows), strided too, and the projection reads the sum's result in place."""
+    view (a depthwise kernel, ReLU6 in its epilogue), strided too, and the projection reads its result in place."""
     torch.manual_seed(0)
     hidden = 12
     body = nn.Sequential(nn.Conv2d(4, hidden, 1), nn.ReLU6(), nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden),
@@ -128,4 +128,6 @@ def test_depthwise_convolution_between_gemm_convolutions_sums_its_taps_in_nhwc(s
     assert report.fallbacks == []
     depthwise = {p.name: p.stats for p in report.passes}["depthwise_conv_as_windows"]
     assert depthwise["convolutions"] == 1
+    # between the copies of the block's input and output: the three convolutions, each activation in one of them
+    assert [k.kind for k in report.kernels if k.kind != "pointwise"] == ["gemm", "depthwise", "gemm"]
     assert stats["copies_dropped"] == 3  # the expansion's and projection's copies back, the projection's copy in

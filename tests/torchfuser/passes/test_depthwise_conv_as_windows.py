@@ -1,7 +1,9 @@
-"""depthwise_conv_as_windows: a stride-1 depthwise convolution as a per-channel weighted sum of one strided view
-per tap, in kernels, as eager."""
+"""depthwise_conv_as_windows: a channels-last depthwise convolution as one depthwise kernel (any window, the
+padding read as bounds, what follows in its epilogue); an NCHW one at stride 1 as a per-channel weighted sum of
+one strided view per tap; in kernels, as eager."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -76,6 +78,98 @@ def test_zero_size_batch():
     conv = nn.Conv2d(4, 4, 3, padding=1, groups=4).eval()
     out, report = compiled(conv, torch.randn(0, 4, 6, 6))
     assert out.shape == (0, 4, 6, 6) and rewritten(report) == 1
+
+
+def kinds(report) -> list[str]:
+    return [k.kind for k in report.kernels]
+
+
+WINDOWS = {  # (kernel size, stride, padding, dilation)
+    "1x1": (1, 1, 0, 1),
+    "3x3 pad 1": (3, 1, 1, 1),
+    "3x3 stride 2 pad 1": (3, 2, 1, 1),
+    "5x5 pad 2": (5, 1, 2, 1),
+    "5x5 stride 2 pad 2": (5, 2, 2, 1),
+    "7x7 pad 3": (7, 1, 3, 1),
+    "3x3 dilation 2 pad 2": (3, 1, 2, 2),
+    "(1, 3) stride (1, 2)": ((1, 3), (1, 2), (0, 1), 1),
+    "3x3 no padding": (3, 1, 0, 1),
+    "2x2 pad 1 (output larger)": (2, 1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("channels", [32, 12, 7])  # vectors of 16 (AVX-512) or 8, 4, element by element
+@pytest.mark.parametrize("name", list(WINDOWS))
+def test_channels_last_depthwise_is_one_kernel_with_its_activation(name, channels):
+    torch.manual_seed(0)
+    kernel, stride, padding, dilation = WINDOWS[name]
+    block = nn.Sequential(nn.Conv2d(channels, channels, kernel, stride, padding, dilation, groups=channels),
+                          nn.ReLU6()).eval()
+    x = (torch.randn(2, channels, 9, 11) * 4).contiguous(memory_format=torch.channels_last)
+    x[0, 1, 3, 4], x[1, 2, 0, 0], x[1, 3, 8, 10] = math.nan, math.inf, -math.inf
+    out, report = compiled(block, x)
+    assert_close(out, block(x))
+    assert report.fallbacks == [] and rewritten(report) == 1
+    assert kinds(report) == ["depthwise"]
+    assert {p.name: p.stats for p in report.passes}["fuse_gemm_epilogue"]["depthwise_epilogue"] == 1
+
+
+def test_channels_last_depthwise_without_bias_and_read_twice_keeps_its_result():
+    """A result that two ops read takes no epilogue: the kernel stores the sum itself."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False).eval()
+    fn = lambda x: (lambda y: torch.relu(y) * torch.sigmoid(y) + y)(conv(x))  # noqa: E731
+    x = torch.randn(3, 16, 7, 5).contiguous(memory_format=torch.channels_last)
+    out, report = compiled(fn, x)
+    assert_close(out, fn(x))
+    assert report.fallbacks == [] and "depthwise" in kinds(report)
+
+
+def test_channels_last_conv1d_is_a_depthwise_kernel():
+    torch.manual_seed(0)
+    conv = nn.Conv1d(24, 24, 4, padding=3, groups=24).eval()
+    fn = lambda x: conv(x.transpose(1, 2))[..., :x.shape[1]]  # noqa: E731  x: [N, L, C], channels innermost
+    x = torch.randn(3, 33, 24)
+    out, report = compiled(fn, x)
+    assert_close(out, fn(x))
+    assert report.fallbacks == [] and "depthwise" in kinds(report)
+
+
+def test_channels_last_zero_size_batch():
+    conv = nn.Conv2d(16, 16, 3, padding=1, groups=16).eval()
+    x = torch.randn(0, 16, 6, 6).contiguous(memory_format=torch.channels_last)
+    out, report = compiled(conv, x)
+    assert out.shape == (0, 16, 6, 6) and rewritten(report) == 1
+
+
+def test_channels_last_float64_sums_its_windows():
+    """The depthwise kernel is float32: a float64 channels-last input takes the window sum."""
+    conv = nn.Conv2d(8, 8, 3, padding=1, groups=8).double().eval()
+    x = torch.randn(2, 8, 6, 7, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    out, report = compiled(conv, x)
+    assert_close(out, conv(x))
+    assert rewritten(report) == 1 and "depthwise" not in kinds(report)
+
+
+@pytest.mark.parametrize("extra", ["row", "bcast", "strided"])
+def test_depthwise_kernel_epilogue_extras_by_their_layout(extra):
+    """The kernel run on its own against its reference: extras on [M, C] read c-contiguous, one per row, or
+    through their strides (element by element)."""
+    from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseWindow
+    from torchfuser.ir.program import ProgramBuilder
+    torch.manual_seed(0)
+    window = DepthwiseWindow(2, 7, 9, 16, 3, 3, 2, 1, 1, 1)
+    x = torch.randn(2, 16, 7, 9).permute(0, 2, 3, 1)  # NHWC view of a contiguous NCHW tensor: channel stride 63
+    taps = torch.randn(9, 16)
+    e = {"row": torch.randn(window.rows, 16), "bcast": torch.randn(window.rows, 1),
+         "strided": torch.randn(16, window.rows).t()}[extra]
+    builder = ProgramBuilder(["float32", "float32"])
+    program = builder.build([builder.emit("mul", (builder.emit("add", (0, 1), "float32"), 1), "float32")])
+    kernel = DepthwiseKernel(window, program, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a kernel that fails to build runs in PyTorch, with a warning
+        assert_close(kernel(x, taps, e), kernel.reference(x, taps, e))
+        assert_close(kernel(x.contiguous(), taps, e), kernel.reference(x, taps, e))
 
 
 @pytest.mark.parametrize("conv, reason", [

@@ -2,6 +2,7 @@
 
 from torchfuser.ir.kernels.attention import AttentionKernel, AttentionSpec
 from torchfuser.ir.kernels.cat import CatKernel, CatSpec
+from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseSpec, DepthwiseWindow
 from torchfuser.ir.kernels.base import (
     KINDS, FusedKernel, KernelKind, KernelSpec, kind_of, register_kind, set_standalone_runner,
 )
@@ -11,4 +12,5 @@ from torchfuser.ir.kernels.reduction import ReductionKernel, ReductionSpec
 
 __all__ = ["FusedKernel", "KernelKind", "KernelSpec", "KINDS", "kind_of", "register_kind", "set_standalone_runner", "PointwiseKernel", "PointwiseSpec",
            "ConvPatches", "ConvWindow", "GemmKernel", "GemmSpec", "ReductionKernel", "ReductionSpec", "AttentionKernel", "AttentionSpec",
-           "CatKernel", "CatSpec"]
+           "CatKernel", "CatSpec",
+           "DepthwiseKernel", "DepthwiseSpec", "DepthwiseWindow"]

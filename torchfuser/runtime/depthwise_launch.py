@@ -1,0 +1,54 @@
+"""Depthwise convolution launches: from a DepthwiseKernel and its operands' layouts to the spec and arguments.
+
+x [N, H, W, C] is read through its strides; with channels innermost (stride 1) a work-item loads vectors of
+channels, the device's native width or the largest power of two below it that divides C. The taps [KH * KW, C]
+are contiguous (ConvWeightAsMatrix makes them). Extras map onto the [M, C] result by their strides, as a GEMM's
+do: "row" (c-contiguous), "bcast" (one value per row) or "strided" (element by element, vector width 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchfuser.codegen.opencl.program_c import vectorisable
+from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseSpec
+from torchfuser.ir.layout import broadcast_strides, extent, index_type_for
+from torchfuser.runtime.launch import Launch, vector_widths
+
+PIXELS = 8  # outputs along a row per work-item: the taps' weights loaded once serve them all
+
+
+@dataclass
+class DepthwiseLaunch(Launch):
+    def arguments(self, in_buffers, in_offsets, out_buffers):
+        index = np.int64 if self.spec.index_type == "long" else np.int32
+        x_strides, extra_strides = self.scalars
+        args = [in_buffers[0], index(in_offsets[0]), *map(index, x_strides), in_buffers[1], index(in_offsets[1])]
+        for e, strides in enumerate(extra_strides, start=2):
+            args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
+        return args + list(out_buffers)
+
+
+def configure_depthwise(kernel: DepthwiseKernel, inputs, device_type: str) -> DepthwiseLaunch:
+    x, taps, *extras = inputs
+    win = kernel.window
+    rows, channels = win.rows, win.channels
+    if taps.numel() > 1 and (taps.stride(1) != 1 or (win.taps > 1 and taps.stride(0) != channels)):
+        raise ValueError(f"{kernel.__name__}: the taps must be a contiguous [KH * KW, C] matrix, got strides "
+                         f"{taps.stride()}")
+    extra_strides = [broadcast_strides((rows, channels), e) for e in extras]
+    layouts = tuple("row" if s[1] == 1 else "bcast" if s[1] == 0 else "strided" for s in extra_strides)
+    width = 1
+    if x.stride(3) == 1 and "strided" not in layouts and vectorisable(kernel.epilogue):
+        width = vector_widths()["float32"]
+        while channels % width:
+            width //= 2
+    reach = max([rows * channels] + [extent(t) for t in inputs])
+    spec = DepthwiseSpec("float32", win, kernel.epilogue, layouts, width, PIXELS, index_type_for(reach))
+    items = win.batch * win.out_h * -(-win.out_w // PIXELS) * (channels // width)
+    launch = DepthwiseLaunch(spec, (max(items, 1),), [((rows, channels), (channels, 1), x.dtype)],
+                             [list(x.stride()), extra_strides], empty=rows * channels == 0, local_size=(1,))
+    launch.flops = 2.0 * rows * channels * win.taps
+    return launch
