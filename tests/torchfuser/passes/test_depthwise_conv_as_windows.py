@@ -129,7 +129,7 @@ def test_channels_last_conv1d_is_a_depthwise_kernel():
     torch.manual_seed(0)
     conv = nn.Conv1d(24, 24, 4, padding=3, groups=24).eval()
     fn = lambda x: conv(x.transpose(1, 2))[..., :x.shape[1]]  # noqa: E731  x: [N, L, C], channels innermost
-    x = torch.randn(3, 33, 24)
+    x = torch.randn(3, 150, 24)  # rows longer than a work-item's run
     out, report = compiled(fn, x)
     assert_close(out, fn(x))
     assert report.fallbacks == [] and "depthwise" in kinds(report)

@@ -71,7 +71,7 @@ class DepthwiseSpec(KernelSpec):
     epilogue: Program
     extra_layouts: tuple[str, ...] = ()  # per extra input: "row" (c-contiguous), "bcast" or "strided"
     vector_width: int = 1  # channels per work-item, a divisor of C (1: element by element)
-    pixels: int = 8
+    pixels: int = 1
     index_type: str = "int"
 
     kind = "depthwise"
