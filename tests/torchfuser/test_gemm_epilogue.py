@@ -299,6 +299,32 @@ def test_batched_matmul_with_an_epilogue(schedule, monkeypatch):
     assert len(gemms) == 1 and f"schedule={schedule}" in gemms[0].spec
 
 
+def test_a_weight_shared_by_every_batch_is_packed_once():
+    w = torch.randn(12, 40)
+    packed = gemm_launch.pack_panels(w.expand(5, 12, 40), 32)
+    assert packed.shape == (1, 2, 12, 32)
+    assert torch.equal(packed[0], gemm_launch.pack_panels(w, 32))
+
+
+@pytest.mark.parametrize("schedule", ["packed", "tiled"])
+def test_batched_matmul_then_a_reshape_takes_its_chain_and_a_residual(schedule, monkeypatch):
+    """A bmm whose result is reshaped (a 1x1 convolution per image, viewed as [N, H, W, C]) takes the
+    elementwise chain after the reshape, a residual of the reshaped shape included, into its epilogue."""
+    if schedule == "tiled":
+        from torchfuser.runtime.device import Device
+
+        monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+
+    def fn(x, w, bias, r):
+        y = torch.bmm(x.view(3, 7, 20).transpose(1, 2), w.expand(3, 7, 11)).view(3, 4, 5, 11)
+        return torch.relu(y + bias) + r
+
+    x, w, bias, r = torch.randn(3, 7, 4, 5), torch.randn(7, 11), torch.randn(11), torch.randn(3, 4, 5, 11)
+    assert_close(torchfuser.compile(fn)(x, w, bias, r), fn(x, w, bias, r))
+    kernels = torchfuser.last_report().kernels
+    assert [k.kind for k in kernels] == ["gemm"] and f"schedule={schedule}" in kernels[0].spec
+
+
 def test_batched_matmul_extern_variant(monkeypatch):
     import torchfuser.runtime.autotune as autotune
     import torchfuser.runtime.gemm_launch as gemm_launch

@@ -39,6 +39,7 @@ plain GEMMs (pointwise_conv_as_gemm).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
@@ -127,29 +128,10 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> None:
     if one_d:  # conv1d as conv2d over [N, C, 1, L]
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     with graph.inserting_before(node):
-        # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
-        # row kernels: cat_as_last_dim); conv1d's [N, L, C] as [N, 1, L, C]
-        x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 1] if one_d else [0, 2, 3, 1])),),
-                 {"memory_format": torch.contiguous_format})
-        if one_d:
-            x = call(aten.unsqueeze.default, (x, 1))
-        n, h, width, c = tensor_meta(x).shape
-        cout, _, *kernel = tensor_meta(w).shape
-        kh, kw = (1, *kernel) if one_d else kernel
-        for dim, pad in ((2, padding[1]), (1, padding[0])):
-            if pad:
-                x = constant_pad(graph, x, dim, pad, 0.0)
-        hp, wp = tensor_meta(x).shape[1:3]
-        oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-        ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        window = ConvWindow(n, hp, wp, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
-        patches = _patch_rows(call, x, window)
-        weight = graph.call_function(ConvWeightAsMatrix(), (w,))
-        weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
-        # the bias after the view: fuse_gemm_epilogue takes the elementwise ops after one reshape of the mm,
+        y = _per_image_gemm(call, graph, node) if _reads_input_in_place(node) else _patch_gemm(
+            call, graph, x, w, stride, padding, dilation, one_d)
+        # the bias after the view: fuse_gemm_epilogue takes the elementwise ops after one reshape of the GEMM,
         # and channels_last_between_convs moves the activation next to it
-        y = call(aten.view.default, (call(aten.mm.default, (patches, weight)), [n, ow, cout] if one_d else
-                                     [n, oh, ow, cout]))
         if bias is not None:
             y = call(aten.add.Tensor, (y, bias))
         out = call(aten.permute.default, (y, [0, 2, 1] if one_d else [0, 3, 1, 2]))
@@ -161,6 +143,70 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> None:
     out.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(out)
     graph.erase_node(node)
+
+
+def _reads_input_in_place(conv: fx.Node) -> bool:
+    """A 1x1, stride-1, unpadded convolution of a contiguous (NCHW / NCL) input that no convolution before it
+    makes channels-last (channels_last_between_convs would): per image, its GEMM's A is the input transposed,
+    [H * W, C], which the kernel reads where it lies (no channels-last copy)."""
+    x, w = tensor_meta(conv.args[0]), tensor_meta(conv.args[1])
+    return (all(k == 1 for k in w.shape[2:]) and all(s == 1 for s in conv.args[3]) and not any(conv.args[4])
+            and x.is_contiguous() and not _after_convolution(conv.args[0]))
+
+
+def _after_convolution(value: fx.Node) -> bool:
+    """value is a convolution's result, or computed from one by ops that keep its layout."""
+    seen, frontier = set(), [value]
+    while frontier:
+        node = frontier.pop()
+        if node in seen or node.op != "call_function" or node.target not in channels_last_between_convs.FOLLOWS_LAYOUT:
+            continue
+        if node.target is aten.convolution.default:
+            return True
+        seen.add(node)
+        frontier += node.all_input_nodes
+    return False
+
+
+def _per_image_gemm(call, graph: fx.Graph, conv: fx.Node) -> fx.Node:
+    """y [N, *S, Cout] = bmm(x as [N, H * W, C], w as [C, Cout] shared by every image): channels-last."""
+    x, w = conv.args[:2]
+    n, c, *spatial = tensor_meta(x).shape
+    positions = math.prod(spatial)
+    a = call(aten.permute.default, (call(aten.view.default, (x, [n, c, positions])), [0, 2, 1]))
+    weight = _weight_matrix(graph, w)
+    cout = weight.meta["val"].shape[1]
+    b = call(aten.expand.default, (weight, [n, c, cout]))
+    return call(aten.view.default, (call(aten.bmm.default, (a, b)), [n, *spatial, cout]))
+
+
+def _patch_gemm(call, graph: fx.Graph, x, w, stride, padding, dilation, one_d: bool) -> fx.Node:
+    """y [N, OH, OW, Cout] (conv1d: [N, OW, Cout]) = the GEMM over the patches of x, copied channels-last."""
+    # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
+    # row kernels: cat_as_last_dim); conv1d's [N, L, C] as [N, 1, L, C]
+    x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 1] if one_d else [0, 2, 3, 1])),),
+             {"memory_format": torch.contiguous_format})
+    if one_d:
+        x = call(aten.unsqueeze.default, (x, 1))
+    n, h, width, c = tensor_meta(x).shape
+    cout, _, *kernel = tensor_meta(w).shape
+    kh, kw = (1, *kernel) if one_d else kernel
+    for dim, pad in ((2, padding[1]), (1, padding[0])):
+        if pad:
+            x = constant_pad(graph, x, dim, pad, 0.0)
+    hp, wp = tensor_meta(x).shape[1:3]
+    oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    window = ConvWindow(n, hp, wp, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+    product = call(aten.mm.default, (_patch_rows(call, x, window), _weight_matrix(graph, w)))
+    return call(aten.view.default, (product, [n, ow, cout] if one_d else [n, oh, ow, cout]))
+
+
+def _weight_matrix(graph: fx.Graph, w: fx.Node) -> fx.Node:
+    """w as the GEMM's B, [KH * KW * C, Cout], made once per weight version."""
+    weight = graph.call_function(ConvWeightAsMatrix(), (w,))
+    weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+    return weight
 
 
 def _eager_format(conv: fx.Node) -> torch.memory_format:

@@ -9,7 +9,7 @@ registers before the store. Extra operands must map onto the [M, N] output: a pe
 output's shape that can be viewed as [M, N] (a residual). Nothing is absorbed that another node uses.
 
 Preconditions: float32 GEMM operands and result; a and b 2-D, or 3-D for bmm (any strides: a transposed
-weight is read as it is, or packed once by the runtime). A bmm's chain follows it without a reshape.
+weight is read as it is, or packed once by the runtime; a weight broadcast over a bmm's batch is packed once).
 
     before:  t = permute(w, [1, 0]); mm_ = addmm(b, x, t); v = view(mm_, [2, 4, 32]); g = gelu(v)
              r = add(g, x3)
@@ -18,6 +18,8 @@ weight is read as it is, or packed once by the runtime). A bmm's chain follows i
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.fx as fx
@@ -122,7 +124,7 @@ def _match(gemm: fx.Node) -> _Match | str:
         return f"operands of rank other than {rank}"
     nxt = _only_user(gemm)
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
-    if reshaped and not m.batched:
+    if reshaped:
         m.reshape = nxt
     m.chain = _epilogue_region(m, list(gemm.graph.nodes))
     if m.reshape is not None and not m.chain:
@@ -172,7 +174,7 @@ def _extra_view(m: _Match, operand: fx.Node):
     meta = tensor_meta(operand)
     if meta is None:
         return False
-    if m.batched:
+    if m.batched and m.reshape is None:
         return None  # no reshape in between: the kernel broadcasts it over [batch, M, N] by its strides
     if meta.numel() == 1:
         return None if meta.dim() == 0 else []
@@ -180,12 +182,15 @@ def _extra_view(m: _Match, operand: fx.Node):
         return False  # the view would hold a dynamic size as a constant
     if meta.numel() == m.cols and tuple(meta.shape)[-1] == m.cols:
         return None if meta.dim() == 1 else [m.cols]
-    if meta.numel() == m.rows * m.cols and tuple(meta.shape)[-1] == m.cols:
+    shape = list(tensor_meta(m.gemm).shape)  # [M, N], or a bmm's [batch, M, N]
+    if any(is_symbolic(size) for size in shape[1:-1]):
+        return False  # the view would hold a dynamic size as a constant
+    if meta.numel() == math.prod(shape) and tuple(meta.shape)[-1] == m.cols:
         try:
-            meta.view(m.rows, m.cols)
+            meta.view(shape)
         except (RuntimeError, ValueError):
             return False  # not viewable without a copy
-        return None if meta.dim() == 2 else [-1 if is_symbolic(m.rows) else m.rows, m.cols]
+        return None if list(meta.shape) == shape else [-1 if is_symbolic(shape[0]) else shape[0], *shape[1:]]
     return False
 
 

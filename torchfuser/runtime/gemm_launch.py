@@ -176,8 +176,11 @@ def fitted(variant: GemmVariant, limits: DeviceLimits | None) -> tuple[GemmVaria
 
 def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
     """B [K, N] → [ceil(N / tile_n), K, tile_n], zero-padded: panel j holds columns j*tile_n.. contiguously.
-    A batched B [batch, K, N] packs each matrix: [batch, panels, K, tile_n]."""
+    A batched B [batch, K, N] packs each matrix: [batch, panels, K, tile_n]; one broadcast over the batch (batch
+    stride 0: a weight every batch shares) packs once, [1, panels, K, tile_n]."""
     if b.dim() == 3:
+        if b.stride(0) == 0:
+            return pack_panels(b[0], tile_n).unsqueeze(0)
         return torch.stack([pack_panels(matrix, tile_n) for matrix in b])
     k, n = b.shape
     full, rest = divmod(n, tile_n)
@@ -324,7 +327,9 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     else:  # groups of a few row tiles share a B panel
         grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
     a_strides = _mnb(a.stride(), a.dim())
-    b_strides = panels * k * spec.tile_n * (a.dim() == 3) if packed or rows else _mnb(b.stride(), b.dim())
+    shared_b = b.dim() == 3 and b.stride(0) == 0  # one packed copy serves every batch
+    b_strides = panels * k * spec.tile_n * (a.dim() == 3 and not shared_b) if packed or rows else _mnb(b.stride(),
+                                                                                                      b.dim())
     out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
     launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
                         empty=batch * m * n == 0, local_size=local, flops=2.0 * batch * m * n * k)
