@@ -36,7 +36,7 @@ from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
 from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN
-from torchfuser.runtime.launch import configure
+from torchfuser.runtime.launch import NoLaunch, configure
 
 NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
 
@@ -136,6 +136,11 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             launch = configure(target, fake_inputs, plan.runtime.device.type_name)
         except KernelBuildError as error:
             _build_failed(plan, report, node, error)
+            continue
+        except NoLaunch as error:
+            _fall_back(plan, report, node, f"no kernel schedule on this device: {error}")
+            warnings.warn(f"torchfuser: no kernel schedule on this device for {node.name} ({error}); it runs in "
+                          "PyTorch", RuntimeWarning, stacklevel=2)
             continue
         if not launch.empty:
             configured.append((node, kind, fake_inputs, tuning, launch))

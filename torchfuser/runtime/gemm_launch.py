@@ -25,7 +25,7 @@ from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.kernels import ConvWindow, GemmKernel, GemmSpec, PointwiseKernel
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.launch import Launch, vector_widths
+from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
 from torchfuser.runtime.pointwise_launch import PointwiseLaunch, configure_pointwise
 
 logger = logging.getLogger("torchfuser")
@@ -298,8 +298,8 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     batch = _batch(a)
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
     if kernel.window is not None and variant.schedule not in ("packed", "extern"):
-        raise ValueError(f"{variant.name}: a convolution's implicit patches are read by the packed schedule (CPU "
-                         "devices) only")
+        raise NoLaunch(f"{variant.name}: a convolution's implicit patches are read by the packed schedule (CPU "
+                       "devices) only")
     if variant.schedule == "extern":
         if kernel.window is not None:
             return ExternConvLaunch.create(kernel, a, b, extras, out_shape)

@@ -26,6 +26,11 @@ def vector_widths() -> dict[str, int]:
     return device.vector_widths if device is not None else {"float32": 16, "float64": 8}
 
 
+class NoLaunch(ValueError):
+    """This device has no kernel schedule for the node (a convolution's implicit patches off CPUs): the node runs
+    in PyTorch, named in the report with this reason."""
+
+
 @dataclass
 class Launch:
     spec: object

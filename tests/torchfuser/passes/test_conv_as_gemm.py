@@ -185,3 +185,18 @@ def test_the_extern_variant_is_pytorchs_convolution_with_the_gemms_epilogue(conv
         assert_close(fused(x), model(x))
     (gemm,) = [k for k in reports[-1].kernels if k.kind == "gemm"]
     assert gemm.tuning["winner"] == "extern" and "conv2d" in " ".join(gemm.transforms)
+
+
+def test_off_cpus_a_convolution_gemm_runs_in_pytorch_with_the_reason(monkeypatch):
+    """The implicit patches are read by the packed (CPU) schedule only: elsewhere the node falls back, named."""
+    from torchfuser.runtime.device import Device
+
+    monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 7, 6)
+    with pytest.warns(RuntimeWarning, match="no kernel schedule"):
+        out, report = compiled(block, x)
+    with torch.no_grad():
+        assert_close(out, block(x))
+    assert any("packed schedule" in f.reason for f in report.fallbacks), [f.reason for f in report.fallbacks]
