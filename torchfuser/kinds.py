@@ -6,18 +6,18 @@ configuration (runtime/) and a line here; the driver, codegen and executor find 
 
 from torchfuser.codegen.opencl.attention import attention_source
 from torchfuser.codegen.opencl.cat import cat_source
-from torchfuser.codegen.opencl.depthwise import depthwise_source
+from torchfuser.codegen.opencl.window import window_source
 from torchfuser.codegen.opencl.gemm import gemm_source
 from torchfuser.codegen.opencl.pointwise import pointwise_source
 from torchfuser.codegen.opencl.reduction import reduction_source
 from torchfuser.ir.kernels import (
-    AttentionKernel, AttentionSpec, CatKernel, CatSpec, DepthwiseKernel, DepthwiseSpec, GemmKernel, GemmSpec,
+    AttentionKernel, AttentionSpec, CatKernel, CatSpec, WindowKernel, WindowSpec, GemmKernel, GemmSpec,
     KernelKind, PointwiseKernel, PointwiseSpec, ReductionKernel, ReductionSpec, register_kind,
 )
 from torchfuser.runtime.attention_launch import configure_attention
 from torchfuser.runtime.autotune import tune_gemm
 from torchfuser.runtime.cat_launch import configure_cat
-from torchfuser.runtime.depthwise_launch import configure_depthwise
+from torchfuser.runtime.window_launch import configure_window
 from torchfuser.runtime.gemm_launch import configure_gemm, gemm_transforms
 from torchfuser.runtime.pointwise_launch import configure_pointwise
 from torchfuser.runtime.reduction_launch import configure_reduction
@@ -27,4 +27,4 @@ register_kind(KernelKind("gemm", GemmKernel, GemmSpec, gemm_source, configure_ge
 register_kind(KernelKind("reduction", ReductionKernel, ReductionSpec, reduction_source, configure_reduction))
 register_kind(KernelKind("attention", AttentionKernel, AttentionSpec, attention_source, configure_attention))
 register_kind(KernelKind("cat", CatKernel, CatSpec, cat_source, configure_cat))
-register_kind(KernelKind("depthwise", DepthwiseKernel, DepthwiseSpec, depthwise_source, configure_depthwise))
+register_kind(KernelKind("window", WindowKernel, WindowSpec, window_source, configure_window))

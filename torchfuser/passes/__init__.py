@@ -21,15 +21,16 @@ from torchfuser.passes.pipeline import (
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
 # inference batch norm after a convolution folded into its weights (made once per weight version)
 register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
-# max / average pooling as elementwise max / sum over one strided view per window tap (its padding is
-# concatenations: before cat_as_last_dim, which makes those row kernels)
-register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
 # 1x1 stride-1 convolutions as plain GEMMs over their channels-last input (conv_as_gemm, opt-in, registers
 # itself before this one and takes every dense convolution)
 register_pass("pointwise_conv_as_gemm", pointwise_conv_as_gemm.pointwise_conv_as_gemm,
               handles=pointwise_conv_as_gemm.handles)
 # then their results stay channels-last up to the next convolution: no layout copies between them
 register_pass("channels_last_between_convs", channels_last_between_convs.channels_last_between_convs)
+# pooling where its input's layout is known: max pooling of a channels-last batch as a window kernel, other
+# pooling as elementwise max / sum over one strided view per window tap (its padding is concatenations: before
+# cat_as_last_dim, which makes those row kernels)
+register_pass("pool_as_windows", pool_as_windows.pool_as_windows, handles=pool_as_windows.handles)
 # depthwise convolutions as pooling's windows: a per-channel weighted sum of one strided view per tap
 register_pass("depthwise_conv_as_windows", depthwise_conv_as_windows.depthwise_conv_as_windows,
               handles=depthwise_conv_as_windows.handles)

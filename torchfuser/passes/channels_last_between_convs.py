@@ -3,14 +3,16 @@
 conv_as_gemm computes a convolution channels-last (its GEMM's rows are output positions, its columns
 channels) and copies the result back into eager's NCHW layout; the next convolution copies its input into
 channels-last again. Between two convolutions there are only elementwise ops (a bias, an activation, a
-residual add) and pooling windows, which compute in whatever layout their inputs have, so both copies are
-waste. This pass drops the copy back, keeps the NCHW-shaped channels-last view, and recomputes the fake
-value of every op that follows the layout (elementwise ops, slices, permutes): their outputs are
-channels-last too (TensorIterator's rule: an output follows its inputs' memory order), and so are the
-kernels fuse_pointwise makes of them. A concatenation (a pooling's or the next convolution's zero padding)
-becomes the concatenation of the NHWC views, viewed back, which cat_as_last_dim makes a row copy. A convolution whose input is such a value reads it as it lies (the
-permute to NHWC is then contiguous and its copy is dropped). Any other reader (a view that needs eager's
-strides, a reduction, the graph's output) gets one copy back to eager's layout, made once per value.
+residual add) and pooling (max pooling's values and indices, average pooling), which compute in whatever
+layout their inputs have, so both copies are waste. This pass drops the copy back, keeps the NCHW-shaped
+channels-last view, and recomputes the fake value of every op that follows the layout (elementwise ops,
+slices, permutes, pooling): their outputs are channels-last too (TensorIterator's rule: an output follows its
+inputs' memory order), and so are the kernels fuse_pointwise makes of them; pool_as_windows, after this pass,
+makes a channels-last max pooling a window kernel. A concatenation (a convolution's zero padding) becomes the
+concatenation of the NHWC views, viewed back, which cat_as_last_dim makes a row copy. A convolution whose input
+is such a value reads it as it lies (the permute to NHWC is then contiguous and its copy is dropped). Any other
+reader (a view that needs eager's strides, a reduction, the graph's output) gets one copy back to eager's
+layout, made once per value.
 
 Rule, with conv_as_gemm's forms:
 
@@ -30,6 +32,7 @@ reader is treated as any other.
 
 from __future__ import annotations
 
+import operator
 from functools import partial
 
 import torch
@@ -47,7 +50,8 @@ COPIES = (aten.clone.default, aten._to_copy.default)  # elementwise, but they ch
 # ops whose result is laid out after their inputs (or is a view of them), so they pass channels-last on; a
 # convolution left to PyTorch or to depthwise_conv_as_windows reads channels-last as it lies and writes it too
 FOLLOWS_LAYOUT = frozenset(POINTWISE) | {aten.slice.Tensor, aten.cat.default, aten.permute.default,
-                                        aten.convolution.default}
+                                        aten.convolution.default, aten.max_pool2d_with_indices.default,
+                                        aten.avg_pool2d.default, operator.getitem}
 
 
 def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
@@ -90,7 +94,7 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
             if (node.target is aten.permute.default and list(node.args[1]) in (TO_NHWC, SWAP_NCL)
                     and value.is_contiguous()):
                 entered.add(node)
-            elif channels_innermost(value):
+            elif channels_innermost(value[0] if isinstance(value, tuple) else value):  # max pooling: (values, indices)
                 last.add(node)
     if dropped or copies_back or cats or sunk or restored:
         graph.lint()
@@ -189,14 +193,17 @@ def _cat_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> bool:
     return True
 
 
-def _recomputed(node: fx.Node) -> torch.Tensor | None:
-    """The node's fake value from its operands' current ones; None where it fails or changes shape or dtype."""
-    old = tensor_meta(node)
+def _recomputed(node: fx.Node):
+    """The node's fake value (a tensor, or a tuple of them) from its operands' current ones; None where it fails
+    or changes a shape or dtype."""
+    old = node.meta.get("val")
     try:
         new = fake_result(node.target, node.args, node.kwargs)
     except Exception:  # noqa: BLE001 - an op that cannot take the new layout is simply not followed
         return None
-    if old is None or not isinstance(new, torch.Tensor) or new.shape != old.shape or new.dtype != old.dtype:
+    olds, news = (old, new) if isinstance(old, tuple) and isinstance(new, tuple) else ((old,), (new,))
+    if len(olds) != len(news) or not all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and
+                                         a.shape == b.shape and a.dtype == b.dtype for a, b in zip(olds, news)):
         return None
     return new
 

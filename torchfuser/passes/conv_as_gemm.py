@@ -24,11 +24,11 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
 with the packed schedule: CPU devices.
 
-Opt-in for every dense convolution (`register()` puts it in PIPELINE after fold_batch_norm and
-pool_as_windows, before channels_last_between_convs and cat_as_last_dim): the padding and layout copies
-leave some CNNs (a ResNet, a conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures
-in the notes), even where the autotuner keeps PyTorch's convolution for a GEMM (its `extern` variant), and a
-default path must never be slower than eager. By default only 1x1 stride-1 convolutions take this rewrite, as
+Opt-in for every dense convolution (`register()` puts it in PIPELINE after fold_batch_norm, before
+channels_last_between_convs and cat_as_last_dim): the padding and layout copies leave some CNNs (a ResNet, a
+conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures in the notes), even where the
+autotuner keeps PyTorch's convolution for a GEMM (its `extern` variant), and a default path must never be
+slower than eager. By default only 1x1 stride-1 convolutions take this rewrite, as
 plain GEMMs (pointwise_conv_as_gemm).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
@@ -61,7 +61,7 @@ NAME = "conv_as_gemm"
 def register() -> None:
     """Run every dense convolution as a GEMM from now on (unregister() undoes it); channels_last_between_convs,
     in the default pipeline after it, keeps their results channels-last between them."""
-    register_pass(NAME, conv_as_gemm, after="pool_as_windows", handles=handles)
+    register_pass(NAME, conv_as_gemm, after="fold_batch_norm", handles=handles)
 
 
 def unregister() -> None:

@@ -5,13 +5,13 @@ channel c at (oh, ow) is the sum over taps (i, j) of x[c] at (oh * s0 - p0 + i *
 times w[c, 0, i, j], plus b[c]. No GEMM: each output reads only KH x KW inputs and as many weights.
 
 Rule, float32 x whose channels are innermost in memory (channels-last, as between conv_as_gemm's
-convolutions): one depthwise kernel (ir/kernels/depthwise.py) over x's NHWC view, any window, stride and
+convolutions): one window kernel (ir/kernels/window.py, a sum) over x's NHWC view, any window, stride and
 dilation; taps that fall in the padding are skipped, so no padded copy of x is made. Its weights are w as a
 [KH * KW, C] matrix (made once per weight version), its bias the start of its epilogue, into which
 fuse_gemm_epilogue takes what follows (ReLU6, a residual add: moved onto the NHWC view here).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 192)   # x [4, 192, 56, 56] NHWC
-    after:   t = tf_conv_weight_as_matrix(w); k = tf_depthwise_group0(permute(x, [0, 2, 3, 1]), t, b)
+    after:   t = tf_conv_weight_as_matrix(w); k = tf_window_group0(permute(x, [0, 2, 3, 1]), t, b)
              y = permute(view(k, [4, 56, 56, 192]), [0, 3, 1, 2])
 
 Rule, any other x (NCHW): each tap's reads are a strided view of the zero-padded input with the output's
@@ -36,7 +36,7 @@ from functools import partial
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseWindow, bias_epilogue
+from torchfuser.ir.kernels.window import WindowKernel, Window, bias_epilogue
 from torchfuser.ir.layout import channels_innermost
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
@@ -106,35 +106,43 @@ def _as_kernel(node: fx.Node) -> bool:
 
 
 def _rewrite_as_kernel(gm: fx.GraphModule, node: fx.Node) -> None:
-    """A channels-last input: one depthwise kernel over its NHWC view, [M, C] viewed back as the result."""
+    """A channels-last input: one window kernel (a sum) over its NHWC view."""
+    x, w, bias, stride, padding, dilation = node.args[:6]
+    window = Window.over(tensor_meta(x).shape, tensor_meta(w).shape[2:], stride, padding, dilation)
+    with gm.graph.inserting_before(node):
+        taps = gm.graph.call_function(ConvWeightAsMatrix(), (w,))
+        taps.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+    window_kernel_over_nhwc(gm, node, x, [taps] + ([bias] if bias is not None else []), window, "sum",
+                            bias_epilogue(bias is not None))
+
+
+def window_kernel_over_nhwc(gm: fx.GraphModule, replaced: fx.Node, x: fx.Node, operands: list, window: Window,
+                            reduction: str, epilogue, covers: tuple = ()) -> fx.Node:
+    """`replaced` (an NCHW- or NCL-shaped result over x's windows) computed by a window kernel over x's
+    channels-last view: [M, C], viewed back as channels-last memory of replaced's shape; the elementwise ops
+    after it move onto the NHWC view (so fuse_gemm_epilogue takes them into the kernel). Returns that view.
+    `covers`: the nodes before `replaced` that the kernel computes too (for the report)."""
     graph = gm.graph
     call = partial(call_with_value, graph)
-    x, w, bias, stride, padding, dilation = node.args[:6]
-    meta, out = tensor_meta(x), tensor_meta(node)
-    spatial = meta.dim() - 2
+    spatial = tensor_meta(x).dim() - 2
     to_nhwc = [0, *range(2, spatial + 2), 1]
-    window = DepthwiseWindow(meta.shape[0], *([1] * (2 - spatial)), *meta.shape[2:], meta.shape[1],
-                             *([1] * (2 - spatial)), *tensor_meta(w).shape[2:],
-                             *([1] * (2 - spatial)), *stride, *([0] * (2 - spatial)), *padding,
-                             *([1] * (2 - spatial)), *dilation)
-    with graph.inserting_before(node):
+    out = tensor_meta(replaced)
+    with graph.inserting_before(replaced):
         nhwc = call(aten.permute.default, (x, to_nhwc))
         if spatial == 1:  # [N, L, C] as [N, 1, L, C]
             nhwc = call(aten.unsqueeze.default, (nhwc, 1))
-        taps = graph.call_function(ConvWeightAsMatrix(), (w,))
-        taps.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
-    kernel = DepthwiseKernel(window, bias_epilogue(bias is not None), next_group_id(gm))
-    inputs = [nhwc, taps] + ([bias] if bias is not None else [])
-    fused = insert_fused_node(gm, kernel, inputs, [node], meta.new_empty((window.rows, window.channels)))
+    kernel = WindowKernel(window, reduction, epilogue, next_group_id(gm))
+    result = tensor_meta(x).new_empty((window.rows, window.channels))
+    fused = insert_fused_node(gm, kernel, [nhwc, *operands], [*covers, replaced], result)
     with graph.inserting_after(fused):
-        sizes = [out.shape[0], *out.shape[2:], out.shape[1]]
-        y = call(aten.view.default, (fused, sizes))
+        y = call(aten.view.default, (fused, [out.shape[0], *out.shape[2:], out.shape[1]]))
         with graph.inserting_after(y):
             y = call(aten.permute.default, (y, [to_nhwc.index(d) for d in range(spatial + 2)]))
-    y.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-    node.replace_all_uses_with(y)
-    graph.erase_node(node)
+    y.meta.update({k: v for k, v in replaced.meta.items() if k != "val"})
+    replaced.replace_all_uses_with(y)
+    graph.erase_node(replaced)
     _activation_in_nhwc(graph, y)
+    return y
 
 
 def _activation_in_nhwc(graph: fx.Graph, y: fx.Node) -> None:

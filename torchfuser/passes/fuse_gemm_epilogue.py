@@ -1,7 +1,7 @@
 """fuse_gemm_epilogue: a matrix multiply and the elementwise chain after it become one GEMM kernel.
 
-Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)` (or a depthwise kernel, whose [M, C] result
-takes an epilogue as a GEMM's does: depthwise_conv_as_windows), then (through one reshape that keeps the last dim,
+Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)` (or a window kernel, a depthwise convolution
+or max pool, whose [M, C] result takes an epilogue as a GEMM's does), then (through one reshape that keeps the last dim,
 as aot graphs put around Linear) the largest region of elementwise ops that reads the GEMM's result and
 has one exit: bias adds, activations (relu, silu, gelu, tanh, sigmoid, gelu_new's diamond ...), scales,
 residual adds. The region becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in
@@ -25,8 +25,8 @@ import torch
 import torch.fx as fx
 
 from torchfuser.ir.aten import RESHAPES
-from torchfuser.ir.kernels import ConvPatches, DepthwiseKernel, GemmKernel
-from torchfuser.ir.kernels.depthwise import bias_epilogue
+from torchfuser.ir.kernels import ConvPatches, WindowKernel, GemmKernel
+from torchfuser.ir.kernels.window import bias_epilogue
 from torchfuser.ir.program import Const, ProgramBuilder
 from torchfuser.ir.symbolic import is_symbolic
 from torchfuser.lowering.from_aten import Lowerer, dtype_name, lowering_problem, tensor_meta
@@ -42,17 +42,17 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
     group = next_group_id(gm)
     erased: list[fx.Node] = []
     fused = epilogue_ops = 0
-    depthwise = 0
+    windows = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not (handles(node) or _bare_depthwise(node)):
+        if node.op != "call_function" or not (handles(node) or _bare_window(node)):
             continue
         match = _match(node)
         if isinstance(match, str):
             record_unfused(node, "fuse_gemm_epilogue", match)
             continue
-        if match.depthwise and not match.chain:
+        if match.windowed and not match.chain:
             continue  # its own epilogue (the bias) is all there is
-        depthwise += match.depthwise
+        windows += match.windowed
         _rewrite(gm, match, group + fused)
         erased += match.erased
         fused += 1
@@ -60,7 +60,7 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
     if fused:
         erase_nodes(gm, erased)
     return PassResult(gm, fused > 0, {
-        "gemm_epilogue": fused - depthwise, "depthwise_epilogue": depthwise, "epilogue_ops": epilogue_ops,
+        "gemm_epilogue": fused - windows, "window_epilogue": windows, "epilogue_ops": epilogue_ops,
         "nodes_before": before, "nodes_after": count_ops(gm),
     })
 
@@ -68,12 +68,16 @@ def fuse_gemm_epilogue(gm: fx.GraphModule) -> PassResult:
 class _Match:
     def __init__(self, gemm: fx.Node):
         self.gemm = gemm
-        self.depthwise = _bare_depthwise(gemm)  # x, taps[, bias]: the bias is where an addmm's is
+        self.windowed = _bare_window(gemm)  # x[, taps][, bias]: the bias is where an addmm's is
         addmm = gemm.target is aten.addmm.default
-        self.a, self.b = (gemm.args[1], gemm.args[2]) if addmm else gemm.args[:2]
         self.beta, self.alpha = gemm.kwargs.get("beta", 1), gemm.kwargs.get("alpha", 1)
-        self.bias = gemm.args[0] if addmm and self.beta != 0 else gemm.args[2] if self.depthwise and len(
-            gemm.args) > 2 else None
+        if self.windowed:
+            operands = gemm.target.operands
+            self.a, self.b = gemm.args[0], gemm.args[1] if operands == 2 else None
+            self.bias = gemm.args[operands] if len(gemm.args) > operands else None
+        else:
+            self.a, self.b = (gemm.args[1], gemm.args[2]) if addmm else gemm.args[:2]
+            self.bias = gemm.args[0] if addmm and self.beta != 0 else None
         self.batched = gemm.target is aten.bmm.default
         self.rows, self.cols = tensor_meta(gemm).shape[-2:]
         self.reshape: fx.Node | None = None  # between the GEMM and its chain
@@ -107,10 +111,10 @@ def handles(node: fx.Node) -> bool:
     return node.target in GEMMS
 
 
-def _bare_depthwise(node: fx.Node) -> bool:
-    """A depthwise kernel as depthwise_conv_as_windows made it: its epilogue the bias alone."""
+def _bare_window(node: fx.Node) -> bool:
+    """A window kernel as its pass made it: its epilogue the bias alone, or nothing."""
     kernel = node.target
-    return isinstance(kernel, DepthwiseKernel) and kernel.epilogue == bias_epilogue(len(node.args) > 2)
+    return isinstance(kernel, WindowKernel) and kernel.epilogue == bias_epilogue(len(node.args) > kernel.operands)
 
 
 def _match(gemm: fx.Node) -> _Match | str:
@@ -120,7 +124,7 @@ def _match(gemm: fx.Node) -> _Match | str:
         return "the GEMM kernel takes float32 operands only"
     m = _Match(gemm)
     rank = 3 if m.batched else 2
-    if not m.depthwise and ((m.window is None and tensor_meta(m.a).dim() != rank) or tensor_meta(m.b).dim() != rank):
+    if not m.windowed and ((m.window is None and tensor_meta(m.a).dim() != rank) or tensor_meta(m.b).dim() != rank):
         return f"operands of rank other than {rank}"
     nxt = _only_user(gemm)
     reshaped = nxt is not None and nxt.target in RESHAPES and tuple(tensor_meta(nxt).shape)[-1:] == (m.cols,)
@@ -197,7 +201,7 @@ def _extra_view(m: _Match, operand: fx.Node):
 def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     graph, last = gm.graph, m.last
     builder = ProgramBuilder(["float32"])
-    inputs = [m.a, m.b]
+    inputs = [m.a] + ([m.b] if m.b is not None else [])
     values: dict[fx.Node, int] = {}
     bias_id = None
     if m.bias is not None:
@@ -222,7 +226,8 @@ def _rewrite(gm: fx.GraphModule, m: _Match, group: int) -> None:
     for node in m.chain:
         values[node] = lowerer.lower(node)
     epilogue = builder.build([values[last]])
-    kernel = (DepthwiseKernel(m.gemm.target.window, epilogue, group) if m.depthwise
+    window = m.gemm.target
+    kernel = (WindowKernel(window.window, window.reduction, epilogue, group) if m.windowed
               else GemmKernel(epilogue, group, m.window))
     fused = insert_fused_node(gm, kernel, inputs, m.erased, tensor_meta(m.gemm))
     result = fused

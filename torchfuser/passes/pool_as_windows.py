@@ -1,12 +1,20 @@
-"""pool_as_windows: max and average pooling become elementwise ops over one strided view per window tap.
+"""pool_as_windows: max pooling of a channels-last batch becomes a window kernel; other pooling, elementwise ops
+over one strided view per window tap.
 
-A pooling window of KH x KW taps at stride s reads, for tap (i, j), the input at (oh * s0 + i * d0, ow * s1 +
-j * d1): a strided view of the (padded) input, the same shape as the output. The max (or the sum) of those
-views is the pooling, and it is elementwise, so fuse_pointwise makes it one kernel that reads the input in
-place and takes in the activation before it or the ops after it. Padding is a concatenation with -inf (max:
+Rule, max pooling of a float32 batch whose channels are innermost in memory (a channels-last model, or between
+conv_as_gemm's convolutions: this pass runs after channels_last_between_convs, which decides that): one window
+kernel (ir/kernels/window.py, a max) over x's NHWC view, NaN propagating; taps in the padding are skipped, so
+no padded copy is made; what follows joins its epilogue (fuse_gemm_epilogue).
+
+    before:  y = getitem(max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1]), 0)      # x [4, 64, 56, 56] NHWC
+    after:   k = tf_window_group0(permute(x, [0, 2, 3, 1])); y = permute(view(k, [4, 28, 28, 64]), [0, 3, 1, 2])
+
+Rule, other pooling: a window of KH x KW taps at stride s reads, for tap (i, j), the input at (oh * s0 + i * d0,
+ow * s1 + j * d1): a strided view of the (padded) input, the same shape as the output. The max (or the sum) of
+those views is the pooling, and it is elementwise, so fuse_pointwise makes it one kernel that reads the input
+in place and takes in the activation before it or the ops after it. Padding is a concatenation with -inf (max:
 eager skips padded taps, and -inf never wins) or 0 (average with count_include_pad), a literal in the kernel.
-
-Rule: `getitem(max_pool2d_with_indices(x, k, s, p, d, ceil_mode=False), 0)` (the indices unused) and
+`getitem(max_pool2d_with_indices(x, k, s, p, d, ceil_mode=False), 0)` (the indices unused) and
 `avg_pool2d(x, k, s, p, ceil_mode=False, count_include_pad=True or p = 0, divisor_override=None)` on x [N, C,
 H, W] or [C, H, W] with at most MAX_TAPS taps become
 
@@ -31,9 +39,12 @@ from functools import partial
 import torch
 import torch.fx as fx
 
+from torchfuser.ir.kernels.window import Window, bias_epilogue
+from torchfuser.ir.layout import channels_innermost
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import node_arg, tensor_meta
 from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
+from torchfuser.passes.depthwise_conv_as_windows import window_kernel_over_nhwc
 
 aten = torch.ops.aten
 NAME = "pool_as_windows"
@@ -54,7 +65,15 @@ def pool_as_windows(gm: fx.GraphModule) -> PassResult:
             record_unfused(node, NAME, why)
             continue
         result = node if node.target is AVG_POOL else next(iter(node.users))
-        _rewrite(gm.graph, node, result)
+        if _as_kernel(node):
+            kernel, stride, padding, dilation = _window(node)
+            window = Window.over(tensor_meta(node.args[0]).shape, kernel, stride, padding, dilation)
+            window_kernel_over_nhwc(gm, result, node.args[0], [], window, "max", bias_epilogue(False),
+                                    covers=(node,) if result is not node else ())
+            if result is not node:
+                gm.graph.erase_node(node)
+        else:
+            _rewrite(gm.graph, node, result)
         rewritten += 1
     if rewritten:
         gm.graph.eliminate_dead_code()
@@ -93,6 +112,12 @@ def _problem(node: fx.Node) -> str | None:
     if any(padding) and not node_arg(node, 5, "count_include_pad", True):
         return "average pooling over padding that the divisor does not count"
     return None
+
+
+def _as_kernel(node: fx.Node) -> bool:
+    """Max pooling of a float32 channels-last batch: the window kernel."""
+    x = tensor_meta(node.args[0])
+    return node.target is MAX_POOL and x.dtype == torch.float32 and x.dim() == 4 and channels_innermost(x)
 
 
 def _rewrite(graph: fx.Graph, node: fx.Node, result: fx.Node) -> None:

@@ -200,3 +200,19 @@ def test_off_cpus_a_convolution_gemm_runs_in_pytorch_with_the_reason(monkeypatch
     with torch.no_grad():
         assert_close(out, block(x))
     assert any("packed schedule" in f.reason for f in report.fallbacks), [f.reason for f in report.fallbacks]
+
+
+def test_max_pooling_between_convolutions_reads_their_channels_last_result_as_a_window_kernel():
+    """ResNet's stem: the pooling follows the convolution's channels-last result (channels_last_between_convs),
+    so it is a window kernel over it, with no layout copy on either side."""
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), nn.Conv2d(16, 8, 3, padding=1),
+                         nn.ReLU()).eval()
+    x = torch.randn(2, 3, 30, 26)
+    out, report = compiled(stem, x)
+    with torch.no_grad():
+        assert_close(out, stem(x))
+    kinds = [k.kind for k in report.kernels]
+    assert "window" in kinds and not [f for f in report.fallbacks if f.op in CONV_OPS]
+    stats = {p.name: p.stats for p in report.passes}["channels_last_between_convs"]
+    assert stats["copies_back"] == 0

@@ -110,8 +110,8 @@ def test_channels_last_depthwise_is_one_kernel_with_its_activation(name, channel
     out, report = compiled(block, x)
     assert_close(out, block(x))
     assert report.fallbacks == [] and rewritten(report) == 1
-    assert kinds(report) == ["depthwise"]
-    assert {p.name: p.stats for p in report.passes}["fuse_gemm_epilogue"]["depthwise_epilogue"] == 1
+    assert kinds(report) == ["window"]
+    assert {p.name: p.stats for p in report.passes}["fuse_gemm_epilogue"]["window_epilogue"] == 1
 
 
 def test_channels_last_depthwise_without_bias_and_read_twice_keeps_its_result():
@@ -122,7 +122,7 @@ def test_channels_last_depthwise_without_bias_and_read_twice_keeps_its_result():
     x = torch.randn(3, 16, 7, 5).contiguous(memory_format=torch.channels_last)
     out, report = compiled(fn, x)
     assert_close(out, fn(x))
-    assert report.fallbacks == [] and "depthwise" in kinds(report)
+    assert report.fallbacks == [] and "window" in kinds(report)
 
 
 def test_channels_last_conv1d_is_a_depthwise_kernel():
@@ -132,7 +132,7 @@ def test_channels_last_conv1d_is_a_depthwise_kernel():
     x = torch.randn(3, 150, 24)  # rows longer than a work-item's run
     out, report = compiled(fn, x)
     assert_close(out, fn(x))
-    assert report.fallbacks == [] and "depthwise" in kinds(report)
+    assert report.fallbacks == [] and "window" in kinds(report)
 
 
 def test_channels_last_zero_size_batch():
@@ -148,24 +148,24 @@ def test_channels_last_float64_sums_its_windows():
     x = torch.randn(2, 8, 6, 7, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
     out, report = compiled(conv, x)
     assert_close(out, conv(x))
-    assert rewritten(report) == 1 and "depthwise" not in kinds(report)
+    assert rewritten(report) == 1 and "window" not in kinds(report)
 
 
 @pytest.mark.parametrize("extra", ["row", "bcast", "strided"])
 def test_depthwise_kernel_epilogue_extras_by_their_layout(extra):
     """The kernel run on its own against its reference: extras on [M, C] read c-contiguous, one per row, or
     through their strides (element by element)."""
-    from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseWindow
+    from torchfuser.ir.kernels.window import WindowKernel, Window
     from torchfuser.ir.program import ProgramBuilder
     torch.manual_seed(0)
-    window = DepthwiseWindow(2, 7, 9, 16, 3, 3, 2, 1, 1, 1)
+    window = Window(2, 7, 9, 16, 3, 3, 2, 1, 1, 1)
     x = torch.randn(2, 16, 7, 9).permute(0, 2, 3, 1)  # NHWC view of a contiguous NCHW tensor: channel stride 63
     taps = torch.randn(9, 16)
     e = {"row": torch.randn(window.rows, 16), "bcast": torch.randn(window.rows, 1),
          "strided": torch.randn(16, window.rows).t()}[extra]
     builder = ProgramBuilder(["float32", "float32"])
     program = builder.build([builder.emit("mul", (builder.emit("add", (0, 1), "float32"), 1), "float32")])
-    kernel = DepthwiseKernel(window, program, 0)
+    kernel = WindowKernel(window, "sum", program, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a kernel that fails to build runs in PyTorch, with a warning
         assert_close(kernel(x, taps, e), kernel.reference(x, taps, e))

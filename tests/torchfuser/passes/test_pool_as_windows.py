@@ -62,3 +62,19 @@ def test_zero_size_batch():
     x = torch.randn(0, 3, 8, 8)
     out, _ = compiled(lambda x: F.max_pool2d(x, 2), x)
     assert out.shape == (0, 3, 4, 4)
+
+
+@pytest.mark.parametrize("name", [n for n in POOLS if n.startswith("max") and "1d" not in n])
+def test_max_pooling_of_a_channels_last_batch_is_one_window_kernel(name):
+    """Read in place (no padded copy), NaN propagating, what follows in its epilogue, eager's strides."""
+    fn = lambda x: torch.relu(POOLS[name](x)) - 1  # noqa: E731
+    x = torch.randn(2, 24, 13, 11).contiguous(memory_format=torch.channels_last)
+    x[0, 1, 3, 4], x[1, 2, 0, 0], x[1, 3, 5, 5] = math.nan, math.inf, -math.inf
+    out, report = compiled(fn, x)
+    expected = fn(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    window = [k for k in report.kernels if k.kind == "window"]
+    others = [k for k in report.kernels if k.kind != "window"]  # a ReLU before the pooling: its own kernel
+    assert len(window) == 1 and len(others) == ("after relu" in name)
+    assert any("max_pool2d_with_indices" in n for n in window[0].nodes) and any("sub" in n for n in window[0].nodes)

@@ -2,7 +2,7 @@
 
 from torchfuser.ir.kernels.attention import AttentionKernel, AttentionSpec
 from torchfuser.ir.kernels.cat import CatKernel, CatSpec
-from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseSpec, DepthwiseWindow
+from torchfuser.ir.kernels.window import WindowKernel, WindowSpec, Window
 from torchfuser.ir.kernels.base import (
     KINDS, FusedKernel, KernelKind, KernelSpec, kind_of, register_kind, set_standalone_runner,
 )
@@ -13,4 +13,4 @@ from torchfuser.ir.kernels.reduction import ReductionKernel, ReductionSpec
 __all__ = ["FusedKernel", "KernelKind", "KernelSpec", "KINDS", "kind_of", "register_kind", "set_standalone_runner", "PointwiseKernel", "PointwiseSpec",
            "ConvPatches", "ConvWindow", "GemmKernel", "GemmSpec", "ReductionKernel", "ReductionSpec", "AttentionKernel", "AttentionSpec",
            "CatKernel", "CatSpec",
-           "DepthwiseKernel", "DepthwiseSpec", "DepthwiseWindow"]
+           "WindowKernel", "WindowSpec", "Window"]

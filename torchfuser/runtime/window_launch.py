@@ -1,8 +1,8 @@
-"""Depthwise convolution launches: from a DepthwiseKernel and its operands' layouts to the spec and arguments.
+"""Window launches: from a WindowKernel and its operands' layouts to the spec and arguments.
 
 x [N, H, W, C] is read through its strides; with channels innermost (stride 1) a work-item loads vectors of
-channels, the device's native width or the largest power of two below it that divides C. The taps [KH * KW, C]
-are contiguous (ConvWeightAsMatrix makes them). Extras map onto the [M, C] result by their strides, as a GEMM's
+channels, the device's native width or the largest power of two below it that divides C. A sum's taps
+[KH * KW, C] are contiguous (ConvWeightAsMatrix makes them). Extras map onto the [M, C] result by their strides, as a GEMM's
 do: "row" (c-contiguous), "bcast" (one value per row) or "strided" (element by element, vector width 1).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchfuser.codegen.opencl.program_c import vectorisable
-from torchfuser.ir.kernels.depthwise import DepthwiseKernel, DepthwiseSpec
+from torchfuser.ir.kernels.window import WindowKernel, WindowSpec
 from torchfuser.ir.layout import broadcast_strides, extent, index_type_for
 from torchfuser.runtime.launch import Launch, vector_widths
 
@@ -24,21 +24,25 @@ ROW_PIXELS_MAX = 64
 
 
 @dataclass
-class DepthwiseLaunch(Launch):
+class WindowLaunch(Launch):
     def arguments(self, in_buffers, in_offsets, out_buffers):
         index = np.int64 if self.spec.index_type == "long" else np.int32
         x_strides, extra_strides = self.scalars
-        args = [in_buffers[0], index(in_offsets[0]), *map(index, x_strides), in_buffers[1], index(in_offsets[1])]
-        for e, strides in enumerate(extra_strides, start=2):
+        operands = len(in_buffers) - len(extra_strides)  # x, and a sum's taps
+        args = [in_buffers[0], index(in_offsets[0]), *map(index, x_strides)]
+        if operands == 2:
+            args += [in_buffers[1], index(in_offsets[1])]
+        for e, strides in enumerate(extra_strides, start=operands):
             args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
         return args + list(out_buffers)
 
 
-def configure_depthwise(kernel: DepthwiseKernel, inputs, device_type: str) -> DepthwiseLaunch:
-    x, taps, *extras = inputs
+def configure_window(kernel: WindowKernel, inputs, device_type: str) -> WindowLaunch:
+    x, extras = inputs[0], inputs[kernel.operands:]
     win = kernel.window
     rows, channels = win.rows, win.channels
-    if taps.numel() > 1 and (taps.stride(1) != 1 or (win.taps > 1 and taps.stride(0) != channels)):
+    taps = inputs[1] if kernel.reduction == "sum" else None
+    if taps is not None and taps.numel() > 1 and (taps.stride(1) != 1 or win.taps > 1 and taps.stride(0) != channels):
         raise ValueError(f"{kernel.__name__}: the taps must be a contiguous [KH * KW, C] matrix, got strides "
                          f"{taps.stride()}")
     extra_strides = [broadcast_strides((rows, channels), e) for e in extras]
@@ -50,9 +54,9 @@ def configure_depthwise(kernel: DepthwiseKernel, inputs, device_type: str) -> De
             width //= 2
     reach = max([rows * channels] + [extent(t) for t in inputs])
     pixels = max(1, min(win.out_w, ROW_PIXELS_MAX))
-    spec = DepthwiseSpec("float32", win, kernel.epilogue, layouts, width, pixels, index_type_for(reach))
+    spec = WindowSpec("float32", win, kernel.reduction, kernel.epilogue, layouts, width, pixels, index_type_for(reach))
     items = win.batch * win.out_h * -(-win.out_w // pixels) * (channels // width)
-    launch = DepthwiseLaunch(spec, (max(items, 1),), [((rows, channels), (channels, 1), x.dtype)],
-                             [list(x.stride()), extra_strides], empty=rows * channels == 0, local_size=(1,))
-    launch.flops = 2.0 * rows * channels * win.taps
+    launch = WindowLaunch(spec, (max(items, 1),), [((rows, channels), (channels, 1), x.dtype)],
+                          [list(x.stride()), extra_strides], empty=rows * channels == 0, local_size=(1,))
+    launch.flops = (2.0 if taps is not None else 1.0) * rows * channels * win.taps
     return launch
