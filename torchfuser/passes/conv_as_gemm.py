@@ -2,22 +2,24 @@
 
 A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
 w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = KH * KW * C
-and N = Cout. With x channels-last and zero-padded, row m's patch is KH * KW runs of C floats, each at a
-constant offset from the patch's corner, so the GEMM kernel reads A straight from the input
-(ir/kernels/gemm.ConvWindow; fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no
-im2col copy is made (a 1x1 convolution's input is A as it is, and patches that tile the input, stride =
-kernel, are one reordering copy of it: both plain mms, every GEMM schedule a candidate). The weight becomes the [K, Cout] matrix once per weight version (ir/weights) and is
-packed as any GEMM's B. The GEMM's result is the output in channels-last order, with the bias (a folded
-batch norm's too) as its epilogue; the copy into eager's layout written here is dropped again by
-channels_last_between_convs (registered with this pass) wherever only elementwise ops and other
-convolutions read the result. Zero padding is concatenations with zeros (row kernels, after
-cat_as_last_dim).
+and N = Cout. With x channels-last, row m's patch is KH * KW runs of C floats, each at a constant offset from
+the patch's corner, so the GEMM kernel reads A straight from the input (ir/kernels/gemm.ConvWindow;
+fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no im2col copy is made (a 1x1
+convolution's input is A as it is, and patches that tile the input, stride = kernel, are one reordering copy
+of it: both plain mms, every GEMM schedule a candidate). Zero padding is read as bounds: per tap, a row's run
+of channels in the padding is a run of zeros (inputs of at least PADDING_AS_BOUNDS_CHANNELS channels; an
+image's 3 channels get a padded copy, concatenations with zeros). The weight becomes the [K, Cout] matrix once
+per weight version (ir/weights) and is packed as any GEMM's B. The GEMM's result is the output in
+channels-last order, with the bias (a folded batch norm's too) as its epilogue; the copy into eager's layout
+written here is dropped again by channels_last_between_convs (registered with this pass) wherever only
+elementwise ops and other convolutions read the result. A 1x1, stride-1 convolution of a contiguous input
+that no convolution makes channels-last is a bmm over the input as it lies, per image.
 
 Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
 2 spatial dims, floating x and static shapes becomes
 
     xc = clone(permute(x, [0, 2, 3, 1]))                            # channels-last
-    xp = cat([0, cat([0, xc, 0], W), 0], H)                         # only with padding
+    xp = cat([0, cat([0, xc, 0], W), 0], H)                         # padding, fewer than 8 channels only
     y = view(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), [N, OH, OW, Cout])  [+ b]  # one GEMM kernel
     out = clone(permute(y, [0, 3, 1, 2]))                           # conv1d: [N, OW, Cout], permuted [0, 2, 1]
 
@@ -56,6 +58,9 @@ from torchfuser.passes.pipeline import register_pass, unregister_pass
 
 aten = torch.ops.aten
 NAME = "conv_as_gemm"
+# Inputs of at least this many channels read their zero padding as bounds (per kernel tap, each row's run of C
+# channels or a run of zeros); fewer channels (an image's 3) pay more for the per-tap test than a padded copy
+PADDING_AS_BOUNDS_CHANNELS = 8
 
 
 def register() -> None:
@@ -109,6 +114,8 @@ def _patch_rows(call, x: fx.Node, window: ConvWindow) -> fx.Node:
     that tile the input exactly (stride = kernel, ViT's patch embedding) are one reordering copy of it; both
     then run as plain mms (every GEMM schedule, the host BLAS too). Other windows are read in place."""
     w = window
+    if w.padded:
+        return call(ConvPatches(window), (x,))
     if w.kernel_h == w.kernel_w == w.stride_h == w.stride_w == 1:
         return call(aten.view.default, (x, [w.rows, w.channels]))
     if ((w.kernel_h, w.kernel_w) == (w.stride_h, w.stride_w) and w.dilation_h == w.dilation_w == 1
@@ -191,13 +198,16 @@ def _patch_gemm(call, graph: fx.Graph, x, w, stride, padding, dilation, one_d: b
     n, h, width, c = tensor_meta(x).shape
     cout, _, *kernel = tensor_meta(w).shape
     kh, kw = (1, *kernel) if one_d else kernel
-    for dim, pad in ((2, padding[1]), (1, padding[0])):
-        if pad:
-            x = constant_pad(graph, x, dim, pad, 0.0)
-    hp, wp = tensor_meta(x).shape[1:3]
-    oh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    window = ConvWindow(n, hp, wp, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+    bounds = c >= PADDING_AS_BOUNDS_CHANNELS  # else the padding is a copy of x with zeros around it
+    if not bounds:
+        for dim, pad in ((2, padding[1]), (1, padding[0])):
+            if pad:
+                x = constant_pad(graph, x, dim, pad, 0.0)
+    pad_h, pad_w = padding if bounds else (0, 0)
+    h, width = tensor_meta(x).shape[1:3]
+    oh = (h + 2 * pad_h - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (width + 2 * pad_w - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    window = ConvWindow(n, h, width, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1], pad_h, pad_w)
     product = call(aten.mm.default, (_patch_rows(call, x, window), _weight_matrix(graph, w)))
     return call(aten.view.default, (product, [n, ow, cout] if one_d else [n, oh, ow, cout]))
 

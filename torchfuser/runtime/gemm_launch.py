@@ -13,6 +13,8 @@ A tiled configuration that exceeds the device's work-group or local-memory limit
 
 from __future__ import annotations
 
+import functools
+
 import logging
 import weakref
 from dataclasses import dataclass
@@ -245,7 +247,22 @@ class GemmLaunch(Launch):
             args += [in_buffers[1], index(in_offsets[1]), *map(index, b_strides)]
         for e, strides in enumerate(extra_strides, start=2):
             args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
-        return args + list(out_buffers) + [index(x) for x in mnk]
+        args += list(out_buffers) + [index(x) for x in mnk]
+        window = self.spec.window
+        return args + [zeros_buffer(window.channels)] if window is not None and window.padded else args
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros_on(context, floats: int):
+    import pyopencl as cl
+
+    return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(floats, np.float32))
+
+
+def zeros_buffer(floats: int):
+    """A device buffer of at least `floats` zeros (what a padded convolution reads in its padding), one per size
+    per context, kept for the process."""
+    return _zeros_on(get_device().context, max(floats, 1))
 
 
 def _extra_layout(strides) -> str:
@@ -373,8 +390,7 @@ class ExternGemmLaunch(PointwiseLaunch):
 
 @dataclass
 class ExternConvLaunch(ExternGemmLaunch):
-    """A convolution's GEMM done by PyTorch's own convolution (oneDNN) over the padded channels-last input A
-    lies in, with B turned back into the convolution's weight (once per weight version); its channels-last
+    """A convolution's GEMM done by PyTorch's own convolution (oneDNN) over the channels-last input A lies in, with B turned back into the convolution's weight (once per weight version); its channels-last
     result is the accumulator [M, Cout] the epilogue kernel reads. The autotuner's way to keep a convolution
     on PyTorch's kernels where they are faster than the implicit GEMM."""
 
@@ -394,7 +410,7 @@ class ExternConvLaunch(ExternGemmLaunch):
         w = self.window
         accumulator = torch.nn.functional.conv2d(
             x.permute(0, 3, 1, 2), self._conv_weight(b), stride=(w.stride_h, w.stride_w),
-            dilation=(w.dilation_h, w.dilation_w))
+            padding=(w.pad_h, w.pad_w), dilation=(w.dilation_h, w.dilation_w))
         return [accumulator.permute(0, 2, 3, 1).reshape(w.rows, b.shape[1]), *extras]
 
     def _conv_weight(self, b: torch.Tensor) -> torch.Tensor:

@@ -86,6 +86,26 @@ def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, vari
     assert not any("as_strided" in n for k in report.kernels for n in k.nodes)
 
 
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv2d(16, 12, 3, padding=1), (2, 16, 9, 7)),
+    (nn.Conv2d(8, 12, 5, stride=2, padding=2), (3, 8, 11, 10)),
+    (nn.Conv2d(9, 5, 3, dilation=2, padding=(2, 3)), (2, 9, 6, 8)),
+    (nn.Conv2d(8, 4, (1, 3), stride=(1, 2), padding=(0, 1)), (2, 8, 5, 9)),
+    (nn.Conv1d(24, 16, 3, stride=2, padding=1), (2, 24, 31)),
+])
+def test_padding_of_eight_or_more_channels_is_read_as_bounds(conv, shape):
+    """No padded copy of the input: taps in the padding read zeros; NaN and inf at the borders as eager."""
+    torch.manual_seed(0)
+    conv = conv.eval()
+    x = torch.randn(shape)
+    x[0, 1, 0], x[-1, 2, -1] = float("nan"), float("inf")
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    assert not [f for f in report.fallbacks if f.op in CONV_OPS]
+    assert not any("cat" in n for k in report.kernels for n in k.nodes), [k.nodes for k in report.kernels]
+
+
 def test_channels_last_input_with_specials():
     conv = nn.Conv2d(3, 4, 3, padding=1).eval()
     x = torch.randn(2, 3, 6, 5).to(memory_format=torch.channels_last)
@@ -163,6 +183,8 @@ def test_pointwise_and_tiling_convolutions_run_as_plain_gemms(conv, shape):
     (nn.Conv2d(3, 5, 3, stride=2, padding=1), (2, 3, 11, 9)),
     (nn.Conv2d(4, 6, 3, dilation=2, padding=2, bias=False), (1, 4, 8, 13)),
     (nn.Conv1d(6, 8, 5, stride=2, padding=2), (2, 6, 21)),
+    (nn.Conv2d(8, 6, 3, padding=1), (2, 8, 7, 6)),  # its padding read as bounds: PyTorch's convolution pads
+    (nn.Conv1d(12, 8, 3, padding=1), (2, 12, 9)),
 ])
 def test_the_extern_variant_is_pytorchs_convolution_with_the_gemms_epilogue(conv, shape, monkeypatch, tmp_path):
     """With no template variant to time, the autotuner's choice is PyTorch's convolution of the padded

@@ -61,6 +61,8 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
               f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
               "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
+    if spec.window is not None and spec.window.padded:  # C zeros: a row's run of channels in the padding
+        params.append("__global const float* restrict Z")
     return spec.tile_n // spec.vector_width, vector_epilogue, params
 
 
@@ -83,13 +85,22 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
         for i in range(tm) for v in range(vectors))
     load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
-    element = "k * sak" if window is None else "tap + c"
+    element = "k * sak" if window is None else "c" if window.padded else "tap + c"
+    row = "p" if window is not None and window.padded else "a"
     fmas = "\n        ".join(
-        f"{{ const float{w} a = (float{w})(a{i}[{element}]); "
+        f"{{ const float{w} a = (float{w})({row}{i}[{element}]); "
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
         for i in range(tm))
     if window is None:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
+    elif window.padded:  # K = (kh, kw, c): per tap, each row's run of C channels, or zeros in the padding
+        taps = "\n        ".join(_padded_tap(spec, i) for i in range(tm))
+        k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
+                  f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
+                  f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"
+                  f"        {taps}\n"
+                  f"        const {idx} cend = min(({idx}){window.channels}, c0 + (kend - k));\n"
+                  f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
     elif window.dilation_w == 1:  # K = (kh, kw, c): a kernel row's taps are one run of KW * C floats
         run = window.kernel_w * window.channels
         k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
@@ -147,13 +158,25 @@ __kernel void {spec.kernel_name}(
 
 
 def _patch_row(spec: GemmSpec, i: int) -> str:
-    """The corner of row m0 + i's patch in a convolution's padded channels-last input (ConvWindow)."""
+    """The corner of row m0 + i's patch in a convolution's channels-last input (ConvWindow): its image and
+    input coordinates (ih, iw: negative in the padding), and without padding its address."""
     idx, win = spec.index_type, spec.window
     per_image = win.out_h * win.out_w
-    return (f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
-            f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * {win.out_w};"
-            f" __global const float* a{i} = A + offA + ((img{i} * {win.height} + oh{i} * {win.stride_h}) * {win.width}"
-            f" + ow{i} * {win.stride_w}) * {win.channels};")
+    corner = (f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
+              f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * "
+              f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, iw{i} = ow{i} * {win.stride_w} - {win.pad_w};")
+    if win.padded:
+        return corner
+    return (f"{corner} __global const float* a{i} = A + offA + ((img{i} * {win.height} + ih{i}) * {win.width} + "
+            f"iw{i}) * {win.channels};")
+
+
+def _padded_tap(spec: GemmSpec, i: int) -> str:
+    """Row i's run of C channels at tap (kh, kw) of a padded window: in the input, or Z's zeros in the padding."""
+    idx, win = spec.index_type, spec.window
+    return (f"const {idx} th{i} = ih{i} + kh * {win.dilation_h}, tw{i} = iw{i} + kw * {win.dilation_w}; "
+            f"__global const float* p{i} = (th{i} >= 0 && th{i} < {win.height} && tw{i} >= 0 && tw{i} < {win.width})"
+            f" ? A + offA + ((img{i} * {win.height} + th{i}) * {win.width} + tw{i}) * {win.channels} : Z;")
 
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:

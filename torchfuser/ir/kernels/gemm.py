@@ -13,12 +13,13 @@ from torchfuser.ir.program import Program
 
 @dataclass(frozen=True)
 class ConvWindow:
-    """A GEMM's A read as the patches of a zero-padded channels-last input [N, H, W, C] (implicit im2col):
-    row m = (n, oh, ow), column k = (kh, kw, c), A[m, k] = x[n, oh * sh + kh * dh, ow * sw + kw * dw, c]. A
-    convolution is then C = A @ B with B its weight as [KH * KW * C, Cout]."""
+    """A GEMM's A read as the patches of a channels-last input [N, H, W, C] (implicit im2col): row m = (n, oh,
+    ow), column k = (kh, kw, c), A[m, k] = x[n, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, c], 0 where that
+    falls in the zero padding (ph, pw: read as bounds, no padded copy). A convolution is then C = A @ B with B
+    its weight as [KH * KW * C, Cout]."""
 
     batch: int
-    height: int  # of the padded input
+    height: int  # of the input, without the padding
     width: int
     channels: int
     out_h: int
@@ -29,6 +30,12 @@ class ConvWindow:
     stride_w: int = 1
     dilation_h: int = 1
     dilation_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.pad_h or self.pad_w)
 
     @property
     def rows(self) -> int:
@@ -40,6 +47,8 @@ class ConvWindow:
 
     def patches(self, x: torch.Tensor) -> torch.Tensor:
         """A as a tensor [M, K] (the im2col the kernel never makes) of the contiguous input x."""
+        if self.padded:
+            x = torch.nn.functional.pad(x, (0, 0, self.pad_w, self.pad_w, self.pad_h, self.pad_h))
         sn, sh, sw, sc = x.stride()
         view = x.as_strided((self.batch, self.out_h, self.out_w, self.kernel_h, self.kernel_w, self.channels),
                             (sn, sh * self.stride_h, sw * self.stride_w, sh * self.dilation_h, sw * self.dilation_w,
