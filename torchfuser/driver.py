@@ -137,10 +137,8 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
         except KernelBuildError as error:
             _build_failed(plan, report, node, error)
             continue
-        except NoLaunch as error:
+        except NoLaunch as error:  # named in the report (every convolution of a CNN on a GPU: no warning each)
             _fall_back(plan, report, node, f"no kernel schedule on this device: {error}")
-            warnings.warn(f"torchfuser: no kernel schedule on this device for {node.name} ({error}); it runs in "
-                          "PyTorch", RuntimeWarning, stacklevel=2)
             continue
         if not launch.empty:
             configured.append((node, kind, fake_inputs, tuning, launch))

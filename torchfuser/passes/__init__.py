@@ -8,9 +8,10 @@ of the names.
 from __future__ import annotations
 
 from torchfuser.passes import (
-    batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, depthwise_conv_as_windows,
-    eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue, fuse_pointwise, fuse_reductions,
-    merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
+    batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
+    depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
+    fuse_pointwise, fuse_reductions, merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows,
+    reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -21,8 +22,10 @@ from torchfuser.passes.pipeline import (
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
 # inference batch norm after a convolution folded into its weights (made once per weight version)
 register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
-# 1x1 stride-1 convolutions as plain GEMMs over their channels-last input (conv_as_gemm, opt-in, registers
-# itself before this one and takes every dense convolution)
+# dense convolutions as GEMMs over their patches, read in place (but patch embeddings: PyTorch's is faster)
+register_pass("conv_as_gemm", conv_as_gemm.conv_as_gemm, handles=conv_as_gemm.handles)
+# 1x1 stride-1 convolutions as plain GEMMs over their channels-last input (what conv_as_gemm takes first; with
+# it disabled, these alone)
 register_pass("pointwise_conv_as_gemm", pointwise_conv_as_gemm.pointwise_conv_as_gemm,
               handles=pointwise_conv_as_gemm.handles)
 # then their results stay channels-last up to the next convolution: no layout copies between them
@@ -40,8 +43,7 @@ register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
 # other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
-# (opt-in, slower than eager here for now: conv_as_gemm, every dense convolution as a GEMM over patches read
-# in place, and group_norm_as_layer_norm; torchfuser.passes.<name>.register())
+# (opt-in, slower than eager here for now: group_norm_as_layer_norm; torchfuser.passes.<name>.register())
 # siblings next: GEMMs that share an input become one, before the passes that fuse around GEMMs see them
 register_pass("merge_sibling_gemms", merge_sibling_gemms.merge_sibling_gemms)
 # attention next: its bmms and softmax would otherwise go to fuse_gemm_epilogue and fuse_reductions

@@ -26,12 +26,12 @@ Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_
 Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. The kernel reads patches
 with the packed schedule: CPU devices.
 
-Opt-in for every dense convolution (`register()` puts it in PIPELINE after fold_batch_norm, before
-channels_last_between_convs and cat_as_last_dim): the padding and layout copies leave some CNNs (a ResNet, a
-conv1d stack) slower this way than with oneDNN's convolutions in PyTorch (figures in the notes), even where the
-autotuner keeps PyTorch's convolution for a GEMM (its `extern` variant), and a default path must never be
-slower than eager. By default only 1x1 stride-1 convolutions take this rewrite, as
-plain GEMMs (pointwise_conv_as_gemm).
+In the default pipeline (after fold_batch_norm, before channels_last_between_convs and cat_as_last_dim), for
+every dense convolution but those whose patches tile the input (stride = kernel, ViT's patch embedding: a
+reordering copy and a plain mm, slower than PyTorch's convolution here); `register()` takes those too,
+`unregister()` goes back to the default, `disable=["conv_as_gemm"]` leaves 1x1 stride-1 convolutions to
+pointwise_conv_as_gemm and the others to PyTorch. Off CPUs, the GEMM of a convolution's patches has no schedule
+and runs in PyTorch (named in the report).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]
@@ -54,7 +54,7 @@ from torchfuser.passes.base import (
     PassResult, call_with_value, constant_pad, convolution_problem, count_ops, record_unfused,
 )
 from torchfuser.passes import channels_last_between_convs
-from torchfuser.passes.pipeline import register_pass, unregister_pass
+from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
 NAME = "conv_as_gemm"
@@ -63,22 +63,37 @@ NAME = "conv_as_gemm"
 PADDING_AS_BOUNDS_CHANNELS = 8
 
 
+_TAKES_TILING = [False]  # register(): convolutions whose patches tile the input run as GEMMs too
+
+
 def register() -> None:
-    """Run every dense convolution as a GEMM from now on (unregister() undoes it); channels_last_between_convs,
-    in the default pipeline after it, keeps their results channels-last between them."""
+    """Run every dense convolution as a GEMM from now on, those whose patches tile the input (a patch embedding)
+    too, which the default leaves to PyTorch; unregister() goes back to the default."""
+    _TAKES_TILING[0] = True
     register_pass(NAME, conv_as_gemm, after="fold_batch_norm", handles=handles)
 
 
 def unregister() -> None:
-    unregister_pass(NAME)
+    _TAKES_TILING[0] = False
 
 
 def handles(node: fx.Node) -> bool:
-    return node.target is aten.convolution.default
+    return node.target is aten.convolution.default and _tiling(node) is None
 
 
 def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
-    return rewrite_convolutions(gm, NAME)
+    return rewrite_convolutions(gm, NAME, _tiling)
+
+
+def _tiling(node: fx.Node) -> str | None:
+    """Why the default leaves this convolution to PyTorch: its patches tile the input (stride = kernel, no
+    padding), a reordering copy and a plain mm here, slower than PyTorch's convolution (the bench's patch_embed)."""
+    kernel, stride, padding = tuple(tensor_meta(node.args[1]).shape[2:]), tuple(node.args[3]), node.args[4]
+    if _TAKES_TILING[0] or kernel != stride or any(padding) or any(d != 1 for d in node.args[5]) or all(
+            k == 1 for k in kernel):
+        return None
+    return (f"a {'x'.join(map(str, kernel))} convolution whose patches tile its input (stride = kernel): a copy "
+            "and a GEMM, slower than PyTorch's convolution here (torchfuser.passes.conv_as_gemm.register() takes it)")
 
 
 def rewrite_convolutions(gm: fx.GraphModule, name: str, precondition=None) -> PassResult:

@@ -2,11 +2,12 @@
 
 Such a convolution mixes channels at every position and nothing else: with x channels-last, x viewed as
 [N * H * W, C] is A as it lies, and the output is A @ W^T, channels-last. This pass applies conv_as_gemm's
-rewrite to these convolutions only, by default: a plain mm has every GEMM schedule as a candidate, the host
-BLAS included, so the autotuner never picks a GEMM slower than the host's, and its bias and activation join
-the GEMM's epilogue. channels_last_between_convs, right after it, keeps the result channels-last for the
-next convolution (a depthwise one in MobileNet's blocks) and drops the layout copies between them. Other
-convolutions take conv_as_gemm's implicit im2col only when it is registered (opt-in).
+rewrite to these convolutions only: a plain mm has every GEMM schedule as a candidate, the host BLAS included,
+so the autotuner never picks a GEMM slower than the host's, and its bias and activation join the GEMM's
+epilogue. conv_as_gemm, before it in the default pipeline, takes them already (the same rewrite); with
+conv_as_gemm disabled, this pass alone runs convolutions as GEMMs. channels_last_between_convs, right after
+it, keeps the result channels-last for the next convolution (a depthwise one in MobileNet's blocks) and drops
+the layout copies between them.
 
 Rule: `convolution(x, w, b, stride=1, padding=0, dilation, transposed=False, output_padding, groups=1)` with
 every kernel size 1, 1 or 2 spatial dims, floating x and static shapes becomes (conv_as_gemm's rule)
@@ -48,7 +49,6 @@ def _not_pointwise(node: fx.Node) -> str | None:
     kernel = tuple(tensor_meta(node.args[1]).shape[2:])
     if any(k != 1 for k in kernel) or any(s != 1 for s in stride) or any(padding):
         shape = "x".join(map(str, kernel))
-        return (f"a {shape} convolution with stride {list(stride)} and padding {list(padding)}: only 1x1 stride-1 "
-                "convolutions run as GEMMs by default (torchfuser.passes.conv_as_gemm.register() takes every "
-                "dense convolution)")
+        return (f"a {shape} convolution with stride {list(stride)} and padding {list(padding)}: this pass takes 1x1 "
+                "stride-1 convolutions only (conv_as_gemm, before it, the others)")
     return None

@@ -25,6 +25,7 @@ import torch
 from torchfuser.codegen.opencl.gemm import tiled_local_floats
 from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.kernels import ConvWindow, GemmKernel, GemmSpec, PointwiseKernel
+from torchfuser.ir.kernels.gemm import conv_weight
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
@@ -390,8 +391,9 @@ class ExternGemmLaunch(PointwiseLaunch):
 
 @dataclass
 class ExternConvLaunch(ExternGemmLaunch):
-    """A convolution's GEMM done by PyTorch's own convolution (oneDNN) over the channels-last input A lies in, with B turned back into the convolution's weight (once per weight version); its channels-last
-    result is the accumulator [M, Cout] the epilogue kernel reads. The autotuner's way to keep a convolution
+    """A convolution's GEMM done by PyTorch's own convolution (oneDNN) over the channels-last input A lies in,
+    with B turned back into the convolution's weight (once per weight version); its channels-last result is the
+    accumulator [M, Cout] the epilogue kernel reads. The autotuner's way to keep a convolution
     on PyTorch's kernels where they are faster than the implicit GEMM."""
 
     window: ConvWindow | None = None
@@ -407,18 +409,13 @@ class ExternConvLaunch(ExternGemmLaunch):
         x, b, *extras = inputs
         if call is not None:
             call.before_host_read([x, b])
-        w = self.window
-        accumulator = torch.nn.functional.conv2d(
-            x.permute(0, 3, 1, 2), self._conv_weight(b), stride=(w.stride_h, w.stride_w),
-            padding=(w.pad_h, w.pad_w), dilation=(w.dilation_h, w.dilation_w))
-        return [accumulator.permute(0, 2, 3, 1).reshape(w.rows, b.shape[1]), *extras]
+        return [self.window.convolve(x, b, self._conv_weight(b)), *extras]
 
     def _conv_weight(self, b: torch.Tensor) -> torch.Tensor:
-        """B [KH * KW * C, Cout] (row (kh, kw, c)) as the weight [Cout, C, KH, KW], channels-last as the input."""
+        """B as the convolution's weight, made once per version of B."""
         ref, version, weight = self._weight
         if ref is None or ref() is not b or b._version != version:
-            w = self.window
-            weight = b.t().reshape(b.shape[1], w.kernel_h, w.kernel_w, w.channels).contiguous().permute(0, 3, 1, 2)
+            weight = conv_weight(b, self.window)
             self._weight = (weakref.ref(b), b._version, weight)
         return weight
 

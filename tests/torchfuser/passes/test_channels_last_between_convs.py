@@ -1,6 +1,6 @@
-"""channels_last_between_convs (default, after the passes that compute convolutions channels-last: here
-conv_as_gemm, registered, and pointwise_conv_as_gemm): values between convolutions stay channels-last, eager's
-layout at the graph's edges; numerics and output strides as eager."""
+"""channels_last_between_convs (default, after the passes that compute convolutions channels-last: conv_as_gemm
+and pointwise_conv_as_gemm): values between convolutions stay channels-last, eager's layout at the graph's
+edges; numerics and output strides as eager."""
 
 import pytest
 import torch
@@ -12,15 +12,7 @@ from eager_compare import assert_close
 from torchfuser.passes import PIPELINE
 from torchfuser.passes.channels_last_between_convs import NAME
 from torchfuser.passes.conv_as_gemm import NAME as CONV_AS_GEMM
-from torchfuser.passes.conv_as_gemm import register, unregister
 from torchfuser.passes.pointwise_conv_as_gemm import NAME as POINTWISE_CONV_AS_GEMM
-
-
-@pytest.fixture(autouse=True)
-def conv_pass():
-    register()
-    yield
-    unregister()
 
 
 def compiled(model, x):
@@ -49,9 +41,6 @@ class Block(nn.Module):
 def test_runs_after_every_pass_that_computes_convolutions_channels_last():
     assert PIPELINE.index(CONV_AS_GEMM) < PIPELINE.index(POINTWISE_CONV_AS_GEMM) < PIPELINE.index(NAME)
     assert PIPELINE.index(NAME) < PIPELINE.index("depthwise_conv_as_windows") < PIPELINE.index("cat_as_last_dim")
-    unregister()
-    assert NAME in PIPELINE and CONV_AS_GEMM not in PIPELINE
-    register()
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

@@ -52,10 +52,9 @@ def test_conv_then_batch_norm_runs_as_one_folded_conv(name, affine):
     with torch.no_grad():
         assert_close(out, model(x))
     assert folded(report) == 1
-    # no batch norm left; depthwise and 1x1 convolutions run in kernels too (depthwise_conv_as_windows,
-    # pointwise_conv_as_gemm)
-    in_kernels = name in ("2d depthwise", "2d 1x1 with bias")
-    assert [f.op for f in report.fallbacks] == ([] if in_kernels else ["aten.convolution.default"])
+    # no batch norm left; the convolutions run in kernels too (conv_as_gemm, depthwise_conv_as_windows), but the
+    # grouped one
+    assert [f.op for f in report.fallbacks] == (["aten.convolution.default"] if name == "2d grouped" else [])
 
 
 def test_channels_last_nan_and_inf_inputs():

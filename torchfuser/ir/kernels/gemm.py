@@ -55,8 +55,22 @@ class ConvWindow:
                              sc), x.storage_offset())
         return view.reshape(self.rows, self.depth)
 
+    def convolve(self, x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """A @ B by PyTorch's convolution of x [N, H, W, C] (B [KH * KW * C, Cout], or `weight`, B made back into
+        the convolution's weight): the [M, Cout] result in channels-last order."""
+        if weight is None:
+            weight = conv_weight(b, self)
+        y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), weight, stride=(self.stride_h, self.stride_w),
+                                       padding=(self.pad_h, self.pad_w), dilation=(self.dilation_h, self.dilation_w))
+        return y.permute(0, 2, 3, 1).reshape(self.rows, b.shape[1])
+
     def text(self) -> str:
         return "window=" + ",".join(str(v) for v in vars(self).values())
+
+
+def conv_weight(b: torch.Tensor, window: ConvWindow) -> torch.Tensor:
+    """B [KH * KW * C, Cout] (row (kh, kw, c)) as the convolution's weight [Cout, C, KH, KW], channels-last."""
+    return b.t().reshape(b.shape[1], window.kernel_h, window.kernel_w, window.channels).contiguous().permute(0, 3, 1, 2)
 
 
 class ConvPatches:
@@ -170,9 +184,8 @@ class GemmKernel(FusedKernel):
         return a.shape[-2], a.shape[-1], b.shape[-1]
 
     def reference(self, a, b, *extras):
-        if self.window is not None:
-            a = self.window.patches(a)
-        acc = torch.matmul(a, b)
+        # a convolution's patches: PyTorch's convolution (an im2col and an mm would be much slower)
+        acc = self.window.convolve(a, b) if self.window is not None else torch.matmul(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
     @staticmethod
