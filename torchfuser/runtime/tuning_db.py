@@ -14,9 +14,10 @@ import warnings
 
 from torchfuser.runtime.kernel_cache import cache_dir
 
-DB_VERSION = 4  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
+DB_VERSION = 5  # 2: packed variants carry their K block and row tiles; 3: searches no longer favour
 # whichever candidate ran first after the host BLAS (its choices were biased by OpenMP's spinning threads);
-# 4: panels use the device's native vector width (AVX2 choices were timed with spilling float16 tiles)
+# 4: panels use the device's native vector width (AVX2 choices were timed with spilling float16 tiles);
+# 5: GEMMs of few rows over a large B are timed with B cold (their choices favoured passes over a warm B)
 
 
 class TuningDatabase:

@@ -174,3 +174,15 @@ def test_the_host_blas_must_win_by_a_margin():
     assert autotune._winner(close) == "packed 8x32 k256 r8"
     clear = {"extern": 1.0, "packed 8x32 k256 r8": 1.0 * autotune.EXTERN_MARGIN * 1.01}
     assert autotune._winner(clear) == "extern"
+
+
+@pytest.mark.parametrize("rows, cold", [(64, True), (300, False)])
+def test_few_rows_over_a_large_weight_are_timed_with_the_weight_evicted(tuning, monkeypatch, rows, cold):
+    """Such a GEMM streams its weight, which a model reads from memory: every timed call finds it evicted."""
+    evictions = []
+    monkeypatch.setattr(autotune, "_evict_caches", lambda: evictions.append(1))
+    torch.manual_seed(0)
+    m = nn.Linear(512, 640, bias=False).eval()  # B: 1.25 MiB
+    kernel = compile_and_check(m, torch.randn(rows, 512) / 16)
+    timed = len(kernel["tuning"]["candidates"]) * autotune.REPEATS
+    assert len(evictions) == (timed if cold else 0)
