@@ -65,7 +65,7 @@ class ConcatWeights(WeightTransform):
 
 class ConvWeightAsMatrix(WeightTransform):
     """A convolution's weight [Cout, C, KH, KW] (conv1d: [Cout, C, KW]) as the B of its GEMM over channels-last
-    patches: [KH * KW * C, Cout], row (kh, kw, c) (ir/kernels/gemm.ConvWindow's order)."""
+    patches: [KH * KW * C, Cout], row (kh, kw, c) (ir/window.Window's order)."""
 
     def __init__(self):
         super().__init__("tf_conv_weight_as_matrix")

@@ -3,7 +3,7 @@
 A convolution of x [N, C, H, W] with w [Cout, C, KH, KW] is, for every output position, a dot product of
 w's rows with the patch of x under the kernel: a GEMM with M = N * OH * OW rows (positions), K = KH * KW * C
 and N = Cout. With x channels-last, row m's patch is KH * KW runs of C floats, each at a constant offset from
-the patch's corner, so the GEMM kernel reads A straight from the input (ir/kernels/gemm.ConvWindow;
+the patch's corner, so the GEMM kernel reads A straight from the input (ir/window.Window;
 fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no im2col copy is made (a 1x1
 convolution's input is A as it is, and patches that tile the input, stride = kernel, are one reordering copy
 of it: both plain mms, every GEMM schedule a candidate). Zero padding is read as bounds: per tap, a row's run
@@ -47,7 +47,8 @@ from functools import partial
 import torch
 import torch.fx as fx
 
-from torchfuser.ir.kernels import ConvPatches, ConvWindow
+from torchfuser.ir.kernels import ConvPatches
+from torchfuser.ir.window import Window
 from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import (
@@ -124,7 +125,7 @@ def problem(node: fx.Node) -> str | None:
     return convolution_problem(node)
 
 
-def _patch_rows(call, x: fx.Node, window: ConvWindow) -> fx.Node:
+def _patch_rows(call, x: fx.Node, window: Window) -> fx.Node:
     """A, the patches as GEMM rows: a 1x1 stride-1 convolution's input is A already ([N*H*W, C]), and patches
     that tile the input exactly (stride = kernel, ViT's patch embedding) are one reordering copy of it; both
     then run as plain mms (every GEMM schedule, the host BLAS too). Other windows are read in place."""
@@ -210,21 +211,18 @@ def _patch_gemm(call, graph: fx.Graph, x, w, stride, padding, dilation, one_d: b
              {"memory_format": torch.contiguous_format})
     if one_d:
         x = call(aten.unsqueeze.default, (x, 1))
-    n, h, width, c = tensor_meta(x).shape
     cout, _, *kernel = tensor_meta(w).shape
-    kh, kw = (1, *kernel) if one_d else kernel
-    bounds = c >= PADDING_AS_BOUNDS_CHANNELS  # else the padding is a copy of x with zeros around it
+    bounds = tensor_meta(x).shape[3] >= PADDING_AS_BOUNDS_CHANNELS  # else a copy of x with zeros around it
     if not bounds:
         for dim, pad in ((2, padding[1]), (1, padding[0])):
             if pad:
                 x = constant_pad(graph, x, dim, pad, 0.0)
-    pad_h, pad_w = padding if bounds else (0, 0)
-    h, width = tensor_meta(x).shape[1:3]
-    oh = (h + 2 * pad_h - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (width + 2 * pad_w - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    window = ConvWindow(n, h, width, c, oh, ow, kh, kw, stride[0], stride[1], dilation[0], dilation[1], pad_h, pad_w)
+    n, h, width, c = tensor_meta(x).shape
+    window = Window(n, h, width, c, *((1, *kernel) if one_d else kernel), *stride, *(padding if bounds else (0, 0)),
+                    *dilation)
     product = call(aten.mm.default, (_patch_rows(call, x, window), _weight_matrix(graph, w)))
-    return call(aten.view.default, (product, [n, ow, cout] if one_d else [n, oh, ow, cout]))
+    out = [n, window.out_w, cout] if one_d else [n, window.out_h, window.out_w, cout]
+    return call(aten.view.default, (product, out))
 
 
 def _weight_matrix(graph: fx.Graph, w: fx.Node) -> fx.Node:

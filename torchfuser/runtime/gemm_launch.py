@@ -24,8 +24,8 @@ import torch
 
 from torchfuser.codegen.opencl.gemm import tiled_local_floats
 from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
-from torchfuser.ir.kernels import ConvWindow, GemmKernel, GemmSpec, PointwiseKernel
-from torchfuser.ir.kernels.gemm import conv_weight
+from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
+from torchfuser.ir.window import Window, conv_weight
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
@@ -396,7 +396,7 @@ class ExternConvLaunch(ExternGemmLaunch):
     accumulator [M, Cout] the epilogue kernel reads. The autotuner's way to keep a convolution
     on PyTorch's kernels where they are faster than the implicit GEMM."""
 
-    window: ConvWindow | None = None
+    window: Window | None = None
 
     @classmethod
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternConvLaunch":

@@ -158,7 +158,7 @@ __kernel void {spec.kernel_name}(
 
 
 def _patch_row(spec: GemmSpec, i: int) -> str:
-    """The corner of row m0 + i's patch in a convolution's channels-last input (ConvWindow): its image and
+    """The corner of row m0 + i's patch in a convolution's channels-last input (ir/window.Window): its image and
     input coordinates (ih, iw: negative in the padding), and without padding its address."""
     idx, win = spec.index_type, spec.window
     per_image = win.out_h * win.out_w

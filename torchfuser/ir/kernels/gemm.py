@@ -9,75 +9,14 @@ import torch
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.program import Program
-
-
-@dataclass(frozen=True)
-class ConvWindow:
-    """A GEMM's A read as the patches of a channels-last input [N, H, W, C] (implicit im2col): row m = (n, oh,
-    ow), column k = (kh, kw, c), A[m, k] = x[n, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw, c], 0 where that
-    falls in the zero padding (ph, pw: read as bounds, no padded copy). A convolution is then C = A @ B with B
-    its weight as [KH * KW * C, Cout]."""
-
-    batch: int
-    height: int  # of the input, without the padding
-    width: int
-    channels: int
-    out_h: int
-    out_w: int
-    kernel_h: int
-    kernel_w: int
-    stride_h: int = 1
-    stride_w: int = 1
-    dilation_h: int = 1
-    dilation_w: int = 1
-    pad_h: int = 0
-    pad_w: int = 0
-
-    @property
-    def padded(self) -> bool:
-        return bool(self.pad_h or self.pad_w)
-
-    @property
-    def rows(self) -> int:
-        return self.batch * self.out_h * self.out_w
-
-    @property
-    def depth(self) -> int:
-        return self.kernel_h * self.kernel_w * self.channels
-
-    def patches(self, x: torch.Tensor) -> torch.Tensor:
-        """A as a tensor [M, K] (the im2col the kernel never makes) of the contiguous input x."""
-        if self.padded:
-            x = torch.nn.functional.pad(x, (0, 0, self.pad_w, self.pad_w, self.pad_h, self.pad_h))
-        sn, sh, sw, sc = x.stride()
-        view = x.as_strided((self.batch, self.out_h, self.out_w, self.kernel_h, self.kernel_w, self.channels),
-                            (sn, sh * self.stride_h, sw * self.stride_w, sh * self.dilation_h, sw * self.dilation_w,
-                             sc), x.storage_offset())
-        return view.reshape(self.rows, self.depth)
-
-    def convolve(self, x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """A @ B by PyTorch's convolution of x [N, H, W, C] (B [KH * KW * C, Cout], or `weight`, B made back into
-        the convolution's weight): the [M, Cout] result in channels-last order."""
-        if weight is None:
-            weight = conv_weight(b, self)
-        y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), weight, stride=(self.stride_h, self.stride_w),
-                                       padding=(self.pad_h, self.pad_w), dilation=(self.dilation_h, self.dilation_w))
-        return y.permute(0, 2, 3, 1).reshape(self.rows, b.shape[1])
-
-    def text(self) -> str:
-        return "window=" + ",".join(str(v) for v in vars(self).values())
-
-
-def conv_weight(b: torch.Tensor, window: ConvWindow) -> torch.Tensor:
-    """B [KH * KW * C, Cout] (row (kh, kw, c)) as the convolution's weight [Cout, C, KH, KW], channels-last."""
-    return b.t().reshape(b.shape[1], window.kernel_h, window.kernel_w, window.channels).contiguous().permute(0, 3, 1, 2)
+from torchfuser.ir.window import Window
 
 
 class ConvPatches:
     """A graph target: the patches of a channels-last input as a matrix [M, K] (an explicit im2col in
     PyTorch). fuse_gemm_epilogue takes it into the GEMM that reads it, which then reads the input itself."""
 
-    def __init__(self, window: ConvWindow):
+    def __init__(self, window: Window):
         self.window = window
         self.__name__ = "tf_conv_patches"
         self.__module__ = "torchfuser.fused"
@@ -116,7 +55,7 @@ class GemmSpec(KernelSpec):
     # packed, rows: floats per vector along n, the device's native SIMD width (16 on AVX-512, 8 on AVX2):
     # wider vectors than the registers split in two and the accumulator tile spills
     vector_width: int = 16
-    window: ConvWindow | None = None  # packed: A is the patches of a channels-last input (a convolution)
+    window: Window | None = None  # packed: A is the patches of a channels-last input (a convolution)
 
     kind = "gemm"
 
@@ -171,7 +110,7 @@ class GemmKernel(FusedKernel):
 
     kind = "gemm"
 
-    def __init__(self, epilogue: Program, group: int, window: ConvWindow | None = None):
+    def __init__(self, epilogue: Program, group: int, window: Window | None = None):
         super().__init__(group)
         self.epilogue = epilogue
         self.window = window  # a: a channels-last input whose patches are A (a convolution)

@@ -17,63 +17,9 @@ import torch
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.program import Program, ProgramBuilder
+from torchfuser.ir.window import Window
 
 REDUCTIONS = ("sum", "max")
-
-
-@dataclass(frozen=True)
-class Window:
-    """The geometry of a window over x [N, H, W, C] (1-d: H = 1, one kernel row)."""
-
-    batch: int
-    height: int
-    width: int
-    channels: int
-    kernel_h: int
-    kernel_w: int
-    stride_h: int = 1
-    stride_w: int = 1
-    pad_h: int = 0
-    pad_w: int = 0
-    dilation_h: int = 1
-    dilation_w: int = 1
-
-    @classmethod
-    def over(cls, shape, kernel, stride, padding, dilation) -> "Window":
-        """The window over an NCHW- (NCL-) shaped x, given per spatial dim (1-d: H = 1, one kernel row)."""
-        n, c, *spatial = shape
-        one, zero = [1] * (2 - len(spatial)), [0] * (2 - len(spatial))
-        return cls(n, *one, *spatial, c, *one, *kernel, *one, *stride, *zero, *padding, *one, *dilation)
-
-    @property
-    def out_h(self) -> int:
-        return (self.height + 2 * self.pad_h - self.dilation_h * (self.kernel_h - 1) - 1) // self.stride_h + 1
-
-    @property
-    def out_w(self) -> int:
-        return (self.width + 2 * self.pad_w - self.dilation_w * (self.kernel_w - 1) - 1) // self.stride_w + 1
-
-    @property
-    def rows(self) -> int:
-        return self.batch * self.out_h * self.out_w
-
-    @property
-    def taps(self) -> int:
-        return self.kernel_h * self.kernel_w
-
-    def text(self) -> str:
-        return "window=" + ",".join(str(v) for v in vars(self).values())
-
-    def reduce(self, reduction: str, x: torch.Tensor, taps: torch.Tensor | None = None) -> torch.Tensor:
-        """The reduction in PyTorch: x [N, H, W, C] (and the taps [KH * KW, C] of a sum) -> [M, C]."""
-        nchw, stride = x.permute(0, 3, 1, 2), (self.stride_h, self.stride_w)
-        padding, dilation = (self.pad_h, self.pad_w), (self.dilation_h, self.dilation_w)
-        if reduction == "max":
-            y = torch.nn.functional.max_pool2d(nchw, (self.kernel_h, self.kernel_w), stride, padding, dilation)
-        else:
-            weight = taps.t().reshape(self.channels, 1, self.kernel_h, self.kernel_w)
-            y = torch.nn.functional.conv2d(nchw, weight, None, stride, padding, dilation, self.channels)
-        return y.permute(0, 2, 3, 1).reshape(self.rows, self.channels)
 
 
 @dataclass(frozen=True)
