@@ -92,7 +92,7 @@ def _problem(node: fx.Node) -> str | None:
         what = "a depth multiplier" if groups == channels else f"{groups} groups of {channels // groups} channels"
         return f"a grouped convolution with {what} (depthwise with one output per channel is lowered)"
     if _as_kernel(node):
-        return None  # the depthwise kernel takes any window
+        return None  # the window kernel takes any window
     if math.prod(w.shape[2:]) > MAX_TAPS:
         return f"a depthwise convolution of more than {MAX_TAPS} taps (slower as windows than in PyTorch)"
     if any(s != 1 for s in node.args[3]):

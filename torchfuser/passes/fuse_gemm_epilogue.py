@@ -1,8 +1,8 @@
 """fuse_gemm_epilogue: a matrix multiply and the elementwise chain after it become one GEMM kernel.
 
 Rule: `mm(a, b)`, `bmm(a, b)` or `addmm(bias, a, b, beta, alpha)` (or a window kernel, a depthwise convolution
-or max pool, whose [M, C] result takes an epilogue as a GEMM's does), then (through one reshape that keeps the last dim,
-as aot graphs put around Linear) the largest region of elementwise ops that reads the GEMM's result and
+or max pool, whose [M, C] result takes an epilogue as a GEMM's does), then (through one reshape that keeps the
+last dim, as aot graphs put around Linear) the largest region of elementwise ops that reads the GEMM's result and
 has one exit: bias adds, activations (relu, silu, gelu, tanh, sigmoid, gelu_new's diamond ...), scales,
 residual adds. The region becomes the epilogue program of `tf_gemm(a, b, extras...)`, applied in
 registers before the store. Extra operands must map onto the [M, N] output: a per-column vector, a scalar, or a tensor of the

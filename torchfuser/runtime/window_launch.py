@@ -2,8 +2,9 @@
 
 x [N, H, W, C] is read through its strides; with channels innermost (stride 1) a work-item loads vectors of
 channels, the device's native width or the largest power of two below it that divides C. A sum's taps
-[KH * KW, C] are contiguous (ConvWeightAsMatrix makes them). Extras map onto the [M, C] result by their strides, as a GEMM's
-do: "row" (c-contiguous), "bcast" (one value per row) or "strided" (element by element, vector width 1).
+[KH * KW, C] are contiguous (ConvWeightAsMatrix makes them). Extras map onto the [M, C] result by their strides,
+as a GEMM's do: "row" (c-contiguous), "bcast" (one value per row) or "strided" (element by element, vector
+width 1).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from torchfuser.ir.layout import broadcast_strides, extent, index_type_for
 from torchfuser.runtime.launch import Launch, vector_widths
 
 # Outputs along a row per work-item: a whole row up to this many. The taps' weights loaded once serve them all,
-# and fewer, longer items cost PoCL less to hand out (a MobileNetV2 block's 56-wide rows: one item per row and
-# channel vector ran in two thirds of the time of runs of 8).
+# and fewer, longer items cost PoCL less to hand out than runs of a few pixels (measured: the notes).
 ROW_PIXELS_MAX = 64
 
 

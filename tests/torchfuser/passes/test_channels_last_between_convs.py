@@ -104,7 +104,7 @@ def test_conv1d_stack_stays_nlc_and_its_transposed_result_has_eager_strides():
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_convolution_between_gemm_convolutions_reads_and_writes_nhwc(stride):
     """MobileNetV2's block: its depthwise convolution reads the expansion's channels-last result as an NHWC
-    view (a depthwise kernel, ReLU6 in its epilogue), strided too, and the projection reads its result in place."""
+    view (a window kernel, ReLU6 in its epilogue), strided too, and the projection reads its result in place."""
     torch.manual_seed(0)
     hidden = 12
     body = nn.Sequential(nn.Conv2d(4, hidden, 1), nn.ReLU6(), nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden),

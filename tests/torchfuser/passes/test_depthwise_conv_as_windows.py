@@ -1,4 +1,4 @@
-"""depthwise_conv_as_windows: a channels-last depthwise convolution as one depthwise kernel (any window, the
+"""depthwise_conv_as_windows: a channels-last depthwise convolution as one window kernel (any window, the
 padding read as bounds, what follows in its epilogue); an NCHW one at stride 1 as a per-channel weighted sum of
 one strided view per tap; in kernels, as eager."""
 
@@ -143,7 +143,7 @@ def test_channels_last_zero_size_batch():
 
 
 def test_channels_last_float64_sums_its_windows():
-    """The depthwise kernel is float32: a float64 channels-last input takes the window sum."""
+    """The window kernel is float32: a float64 channels-last input takes the window sum."""
     conv = nn.Conv2d(8, 8, 3, padding=1, groups=8).double().eval()
     x = torch.randn(2, 8, 6, 7, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
     out, report = compiled(conv, x)

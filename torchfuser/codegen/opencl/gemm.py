@@ -164,7 +164,8 @@ def _patch_row(spec: GemmSpec, i: int) -> str:
     per_image = win.out_h * win.out_w
     corner = (f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
               f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * "
-              f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, iw{i} = ow{i} * {win.stride_w} - {win.pad_w};")
+              f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, "
+              f"iw{i} = ow{i} * {win.stride_w} - {win.pad_w};")
     if win.padded:
         return corner
     return (f"{corner} __global const float* a{i} = A + offA + ((img{i} * {win.height} + ih{i}) * {win.width} + "

@@ -52,7 +52,8 @@ def window_source(spec: WindowSpec) -> str:
             if weighted:
                 pixel.append(f"if (in_row{i} && in_col{j}) acc = fma({x}, k{i * win.kernel_w + j}, acc);")
             else:  # once NaN, acc keeps it: nothing compares greater and it is not the new value's NaN
-                pixel.append(f"if (in_row{i} && in_col{j}) {{ const {vec} v = {x}; acc = (v > acc) | isnan(v) ? v : acc; }}")
+                pixel.append(f"if (in_row{i} && in_col{j}) {{ const {vec} v = {x}; "
+                             "acc = (v > acc) | isnan(v) ? v : acc; }")
     pixel.append(f"const {idx} m = (n * {win.out_h} + oh) * {win.out_w} + ow;")
     extras = []
     for e, layout in enumerate(spec.extra_layouts, start=1):
@@ -64,7 +65,8 @@ def window_source(spec: WindowSpec) -> str:
         else:
             extras.append(f"const {vec} e{e} = ({where})[c * sE{e}n];")
     body, (result,) = program_statements(spec.epilogue, ["acc"] + [f"e{e}" for e in range(1, n_extra + 1)], width=w)
-    store = f"vstore{w}({result}, 0, Y + m * {win.channels} + c);" if w > 1 else f"Y[m * {win.channels} + c] = {result};"
+    out = f"Y + m * {win.channels} + c"
+    store = f"vstore{w}({result}, 0, {out});" if w > 1 else f"*({out}) = {result};"
     pixel += extras + body + [store]
     inner = "\n    ".join(pixel)
     lines.append(f"for ({idx} ow = run * {spec.pixels}; ow < min(({idx}){win.out_w}, run * {spec.pixels} + "
