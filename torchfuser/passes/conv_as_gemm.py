@@ -11,7 +11,7 @@ of channels in the padding is a run of zeros (inputs of at least PADDING_AS_BOUN
 image's 3 channels get a padded copy, concatenations with zeros). The weight becomes the [K, Cout] matrix once
 per weight version (ir/weights) and is packed as any GEMM's B. The GEMM's result is the output in
 channels-last order, with the bias (a folded batch norm's too) as its epilogue; the copy into eager's layout
-written here is dropped again by channels_last_between_convs (registered with this pass) wherever only
+written here is dropped again by channels_last_between_convs (after it in the pipeline) wherever only
 elementwise ops and other convolutions read the result. A 1x1, stride-1 convolution of a contiguous input
 that no convolution makes channels-last is a bmm over the input as it lies, per image.
 
