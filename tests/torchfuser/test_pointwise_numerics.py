@@ -376,3 +376,25 @@ def test_isnan_in_a_kernel(dtype):
     assert torch.equal(mask, expected_mask)
     assert_close(cleaned, expected)
     assert torchfuser.last_report().fallbacks == []
+
+
+ROW_PROGRAMS = {
+    # a transpose (gathered loads, rows of 83: five vectors and a tail) with GELU
+    "transpose then gelu": (lambda x: F.gelu(x.transpose(1, 2).contiguous() * 2), (2, 83, 37)),
+    # a cat along the last dim (two segments, each with vectors and a tail) then exp and tanh
+    "cat then exp": (lambda x: torch.tanh(torch.exp(torch.cat([x, x[..., :13] * 0.5], -1))), (7, 3, 41)),
+    "gated by sigmoid (GLU)": (lambda x: x[..., :33] * torch.sigmoid(x[..., 33:]), (5, 4, 66)),
+}
+
+
+@pytest.mark.parametrize("name", list(ROW_PROGRAMS))
+def test_costly_programs_on_the_row_schedule_run_on_vectors_as_eager(name):
+    """PoCL leaves a row loop that calls erf, exp or tanh scalar: those run on explicit vectors of 16 positions,
+    loading what is not contiguous lane by lane, the rest of a segment element by element."""
+    fn, shape = ROW_PROGRAMS[name]
+    x = torch.randn(shape) * 3
+    x.view(-1)[3], x.view(-1)[40], x.view(-1)[-1] = math.nan, math.inf, -math.inf
+    out = compiled(fn)(x)
+    assert_close(out, fn(x))
+    sources = [k.source for k in torchfuser.last_report().kernels if k.kind == "pointwise"]
+    assert any("jlast += 16" in s for s in sources), "no row loop on vectors"

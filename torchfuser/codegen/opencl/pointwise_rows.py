@@ -6,17 +6,21 @@ row base are computed once; then the row is split at compile time into segments 
 `lt(last_index, c)` is constant and every remapped read is in bounds (index-set splitting). Each segment
 runs its own folded program: a cat's selects, the dead operand and the clamps disappear, so the loop body is
 plain loads and arithmetic at base + position * last-dim stride, which PoCL vectorises (256-bit vectors on
-AVX-512). (On PoCL, rotary over [1, 32, 512, 128]: ~1 ms this way, ~6 ms with per-element selects and
+AVX-512); a costly program (erf, exp, tanh ...: PoCL leaves a loop that calls them scalar) runs on explicit
+vectors of VECTOR_LANES positions first, loading what is not contiguous lane by lane. (On PoCL, rotary over [1, 32, 512, 128]: ~1 ms this way, ~6 ms with per-element selects and
 clamps, ~13 ms on the flat schedule that divides the linear index for every element.)
 """
 
 from __future__ import annotations
 
-from torchfuser.codegen.opencl.op_c import C_TYPES
-from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
+from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
+from torchfuser.codegen.opencl.program_c import PREAMBLE, costly, helpers_for, program_statements, vectorisable
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.pointwise import SCALAR
 from torchfuser.ir.kernels import PointwiseSpec
+
+
+VECTOR_LANES = 16  # positions per explicit vector (costly programs): float16 is one AVX-512 register
 
 
 def rows_source(spec: PointwiseSpec) -> str:
@@ -46,7 +50,8 @@ def rows_source(spec: PointwiseSpec) -> str:
     for lo, hi in segments(program, width):
         lines += _segment_loop(program, idx, lo, hi, steps, chunked=chunks > 1)
     body, params = "\n  ".join(lines), ",\n    ".join(params)
-    return f"""{PREAMBLE}{helpers_for([program])}
+    vectors = any(_on_vectors(specialise(program, lo, hi)[0]) for lo, hi in segments(program, width))
+    return f"""{PREAMBLE}{helpers_for([program], VECTOR_LANES if vectors else 1)}
 __kernel void {spec.kernel_name}(
     {params})
 {{
@@ -113,25 +118,55 @@ def specialise(program: Program, lo: int, hi: int) -> tuple[Program, list[int]]:
 
 
 def _segment_loop(program: Program, idx: str, lo: int, hi: int, steps: tuple, chunked: bool) -> list[str]:
+    """The loop over positions [lo, hi) of the row; a costly program (PoCL leaves a loop calling erf, exp ...
+    scalar) first runs on explicit vectors of VECTOR_LANES positions, gathering what is not contiguous."""
     part, inputs = specialise(program, lo, hi)
+    start, end = (f"max(({idx}){lo}, j0)", f"min(({idx}){hi}, j1)") if chunked else (lo, hi)
+    lines = ["{", f"{idx} jlast = {start};"]  # a block per segment: each has its own jlast
+    if _on_vectors(part):
+        vector = _iteration(program, part, inputs, steps, lo, VECTOR_LANES)
+        lines += [f"for (; jlast + {VECTOR_LANES} <= {end}; jlast += {VECTOR_LANES}) {{", f"  {vector}", "}"]
+    scalar = _iteration(program, part, inputs, steps, lo, 1)
+    return lines + [f"for (; jlast < {end}; ++jlast) {{", f"  {scalar}", "}", "}"]
+
+
+def _on_vectors(part: Program) -> bool:
+    return costly(part) and vectorisable(part) and all(ins.op != "last_index" for ins in part.instrs)
+
+
+def _iteration(program: Program, part: Program, inputs: list, steps: tuple, lo: int, lanes: int) -> str:
+    """Loads, program and stores for positions jlast .. jlast + lanes - 1 (lanes 1: one element) of the segment
+    from lo."""
     loads = []
     for k, i in enumerate(inputs):
         read = program.read_of(i)
         first = read.offset + read.step * lo if read else 0
-        if read is None:
-            position = "jlast"
-        elif read.step == 0 or not 0 <= first < read.size:
-            position = str(min(max(first, 0), read.size - 1))  # clamped all through the segment: constant
-        else:
-            position = f"({read.offset} + {read.step} * jlast)"
         step = f"lst{i}" if steps[i] is None else steps[i]
-        address = f"b{i}" if step == 0 else f"b{i} + {position}" if step == 1 else f"b{i} + {position} * {step}"
-        loads.append(f"const {C_TYPES[program.input_dtypes[i]]} x{k} = in{i}[{address}];")
-    body, outputs = program_statements(part, [f"x{k}" for k in range(len(inputs))])
-    stores = [f"out{j}[o + jlast] = {name};" for j, name in enumerate(outputs)]
-    inner = "\n    ".join(loads + body + stores)
-    start, end = (f"max(({idx}){lo}, j0)", f"min(({idx}){hi}, j1)") if chunked else (lo, hi)
-    return [f"for ({idx} jlast = {start}; jlast < {end}; ++jlast) {{", f"  {inner}", "}"]
+
+        def address(lane: int) -> str:
+            j = f"(jlast + {lane})" if lane else "jlast"
+            if read is None:
+                position = j
+            elif read.step == 0 or not 0 <= first < read.size:
+                position = str(min(max(first, 0), read.size - 1))  # clamped all through the segment: constant
+            else:
+                position = f"({read.offset} + {read.step} * {j})"
+            return f"b{i}" if step == 0 else f"b{i} + {position}" if step == 1 else f"b{i} + {position} * {step}"
+
+        c_type = C_TYPES[program.input_dtypes[i]]
+        if lanes == 1:
+            value = f"in{i}[{address(0)}]"
+        elif step == 0:
+            value = f"({c_type}{lanes})(in{i}[{address(0)}])"
+        elif step == 1 and (read is None or read.step == 1):
+            value = f"vload{lanes}(0, in{i} + {address(0)})"
+        else:
+            value = f"({c_type}{lanes})(" + ", ".join(f"in{i}[{address(u)}]" for u in range(lanes)) + ")"
+        loads.append(f"const {vector_type(program.input_dtypes[i], lanes)} x{k} = {value};")
+    body, outputs = program_statements(part, [f"x{k}" for k in range(len(inputs))], width=lanes)
+    stores = [f"vstore{lanes}({name}, 0, out{j} + o + jlast);" if lanes > 1 else f"out{j}[o + jlast] = {name};"
+              for j, name in enumerate(outputs)]
+    return "\n    ".join(loads + body + stores)
 
 
 def _compares_last_index(program: Program, ins) -> bool:

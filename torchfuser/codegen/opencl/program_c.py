@@ -40,6 +40,15 @@ def tagged(line: str, program: Program, value: int) -> str:
     return f"{line} /*@tf{len(tags) - 1}*/"  # stripped again by the tracer: never in a built source
 
 
+# ops that cost tens of instructions (PoCL does not vectorise a loop that calls them: explicit vectors do)
+COSTLY_OPS = frozenset({"exp", "log", "log1p", "expm1", "tanh", "erf", "gelu", "gelu_tanh", "sigmoid", "silu",
+                        "pow", "sin", "cos"})
+
+
+def costly(program: Program) -> bool:
+    return any(ins.op in COSTLY_OPS for ins in program.instrs)
+
+
 def vectorisable(program: Program) -> bool:
     """All values of one floating type and every op valid on vector types."""
     dtypes = set(program.input_dtypes) | {ins.dtype for ins in program.instrs}

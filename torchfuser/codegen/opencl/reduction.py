@@ -12,7 +12,7 @@ are strided over the groups; items beyond the scratch width fold in first), so i
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, VECTOR_SAFE, c_expression, vector_type
-from torchfuser.codegen.opencl.program_c import PREAMBLE, const_c, helpers_for, program_statements, tagged
+from torchfuser.codegen.opencl.program_c import PREAMBLE, const_c, costly, helpers_for, program_statements, tagged
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.reduction import GROUP_PER_ROW
 from torchfuser.ir.kernels import ReductionSpec
@@ -54,7 +54,7 @@ class _Writer:
         # stage stores it in element output 0 and the final reads it back at the same j instead.
         self.final, self.stash = self.red.final, None
         stage = self.red.stages[-1] if self.red.stages else None
-        if stage is not None and self.final.output_dtypes[:1] == (stage.acc_dtype,) and _costly(stage.element):
+        if stage is not None and self.final.output_dtypes[:1] == (stage.acc_dtype,) and costly(stage.element):
             value = _recomputed(stage.element, self.final)
             if value is not None:
                 self.final, self.stash = _reading_back(self.final, value), len(self.red.stages) - 1
@@ -312,14 +312,6 @@ def _group_helper(combine: str, c_type: str, scratch: int) -> str:
 
 
 # ---------------------------------------------------------------- reading a stage's value back
-
-_COSTLY = frozenset({"exp", "log", "log1p", "expm1", "tanh", "erf", "gelu", "gelu_tanh", "sigmoid", "silu",
-                     "pow", "sin", "cos"})
-
-
-def _costly(program: Program) -> bool:
-    return any(ins.op in _COSTLY for ins in program.instrs)
-
 
 def _value_numbers(program: Program, table: dict) -> list[int]:
     """Structural value numbers: equal numbers (one table) mean equal expressions over the same inputs."""
