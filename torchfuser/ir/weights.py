@@ -9,6 +9,7 @@ correct for activations too, only slower (the transform runs every call).
 - `ConcatWeights`: torch.cat(parts, dim) (merged sibling GEMMs).
 - `FoldedBatchNorm`: a convolution's weight or bias with the inference batch norm after it folded in.
 - `ConvWeightAsMatrix`: a convolution's weight as the B matrix of its GEMM.
+- `ConvWeightFromMatrix`: that B back as a convolution's weight (PyTorch's convolution runs a GEMM node).
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ class ConvWeightAsMatrix(WeightTransform):
     def make(self, weight: torch.Tensor) -> torch.Tensor:
         taps_first = weight.permute(2, 3, 1, 0) if weight.dim() == 4 else weight.permute(2, 1, 0)
         return taps_first.reshape(-1, weight.shape[0]).contiguous()
+
+
+class ConvWeightFromMatrix(WeightTransform):
+    """B [KH * KW * C, Cout] (ConvWeightAsMatrix's rows (kh, kw, c)) back as the convolution's weight [Cout, C,
+    KH, KW], channels-last: what PyTorch's convolution takes when it runs a convolution's GEMM."""
+
+    def __init__(self, kernel_h: int, kernel_w: int, channels: int):
+        super().__init__("tf_conv_weight_from_matrix")
+        self.kernel_h, self.kernel_w, self.channels = kernel_h, kernel_w, channels
+
+    def make(self, b: torch.Tensor) -> torch.Tensor:
+        return b.t().reshape(b.shape[1], self.kernel_h, self.kernel_w, self.channels).contiguous().permute(0, 3, 1, 2)
 
 
 class FoldedBatchNorm(WeightTransform):

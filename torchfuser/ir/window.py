@@ -71,10 +71,10 @@ class Window:
                              sc), x.storage_offset())
         return view.reshape(self.rows, self.depth)
 
-    def convolve(self, x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """A @ B by PyTorch's convolution of x [N, H, W, C] (B [KH * KW * C, Cout], or `weight`, B made back into
-        the convolution's weight): the [M, Cout] result in channels-last order."""
-        return self._conv2d(x, conv_weight(b, self) if weight is None else weight)
+    def convolve(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """A @ B by PyTorch's convolution of x [N, H, W, C] with B as the convolution's weight [Cout, C, KH, KW]
+        (ir/weights.ConvWeightFromMatrix): the [M, Cout] result in channels-last order."""
+        return self._conv2d(x, weight)
 
     def reduce(self, reduction: str, x: torch.Tensor, taps: torch.Tensor | None = None) -> torch.Tensor:
         """Each channel over its taps in PyTorch: "max" (max pooling) or "sum" weighted by taps [KH * KW, C] (a
@@ -93,8 +93,3 @@ class Window:
 
     def text(self) -> str:
         return "window=" + ",".join(str(v) for v in vars(self).values())
-
-
-def conv_weight(b: torch.Tensor, window: Window) -> torch.Tensor:
-    """B [KH * KW * C, Cout] (row (kh, kw, c)) as the convolution's weight [Cout, C, KH, KW], channels-last."""
-    return b.t().reshape(b.shape[1], window.kernel_h, window.kernel_w, window.channels).contiguous().permute(0, 3, 1, 2)

@@ -9,6 +9,7 @@ from torch.fx.passes.tools_common import stable_topological_sort
 
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.symbolic import has_symbols
+from torchfuser.ir.weights import ConvWeightAsMatrix
 
 aten = torch.ops.aten
 UNFUSED = "torchfuser_unfused"  # node.meta key: {pass name: why the pass left the node to PyTorch}
@@ -91,6 +92,14 @@ def constant_pad(graph: fx.Graph, x: fx.Node, dim: int, pad: int, value: float) 
                                                                   "pin_memory": False})
     fill.meta["val"] = meta.new_full(shape, value)
     return call_with_value(graph, aten.cat.default, ([fill, x, fill], dim))
+
+
+def conv_weight_matrix(graph: fx.Graph, w: fx.Node) -> fx.Node:
+    """A convolution's weight as a [KH * KW * C, Cout] matrix (ir/weights.ConvWeightAsMatrix, made once per weight
+    version), at the graph's insert point."""
+    matrix = graph.call_function(ConvWeightAsMatrix(), (w,))
+    matrix.meta["val"] = ConvWeightAsMatrix().make(w.meta["val"])
+    return matrix
 
 
 def count_ops(gm: fx.GraphModule) -> int:

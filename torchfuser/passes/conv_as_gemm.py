@@ -49,10 +49,9 @@ import torch.fx as fx
 
 from torchfuser.ir.kernels import ConvPatches
 from torchfuser.ir.window import Window
-from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import (
-    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, record_unfused,
+    PassResult, call_with_value, constant_pad, conv_weight_matrix, convolution_problem, count_ops, record_unfused,
 )
 from torchfuser.passes import channels_last_between_convs
 from torchfuser.passes.pipeline import register_pass
@@ -197,7 +196,7 @@ def _per_image_gemm(call, graph: fx.Graph, conv: fx.Node) -> fx.Node:
     n, c, *spatial = tensor_meta(x).shape
     positions = math.prod(spatial)
     a = call(aten.permute.default, (call(aten.view.default, (x, [n, c, positions])), [0, 2, 1]))
-    weight = _weight_matrix(graph, w)
+    weight = conv_weight_matrix(graph, w)
     cout = weight.meta["val"].shape[1]
     b = call(aten.expand.default, (weight, [n, c, cout]))
     return call(aten.view.default, (call(aten.bmm.default, (a, b)), [n, *spatial, cout]))
@@ -220,16 +219,9 @@ def _patch_gemm(call, graph: fx.Graph, x, w, stride, padding, dilation, one_d: b
     n, h, width, c = tensor_meta(x).shape
     window = Window(n, h, width, c, *((1, *kernel) if one_d else kernel), *stride, *(padding if bounds else (0, 0)),
                     *dilation)
-    product = call(aten.mm.default, (_patch_rows(call, x, window), _weight_matrix(graph, w)))
+    product = call(aten.mm.default, (_patch_rows(call, x, window), conv_weight_matrix(graph, w)))
     out = [n, window.out_w, cout] if one_d else [n, window.out_h, window.out_w, cout]
     return call(aten.view.default, (product, out))
-
-
-def _weight_matrix(graph: fx.Graph, w: fx.Node) -> fx.Node:
-    """w as the GEMM's B, [KH * KW * C, Cout], made once per weight version."""
-    weight = graph.call_function(ConvWeightAsMatrix(), (w,))
-    weight.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
-    return weight
 
 
 def _eager_format(conv: fx.Node) -> torch.memory_format:

@@ -38,11 +38,10 @@ import torch.fx as fx
 
 from torchfuser.ir.kernels.window import WindowKernel, Window, bias_epilogue
 from torchfuser.ir.layout import channels_innermost
-from torchfuser.ir.weights import ConvWeightAsMatrix
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import (
-    PassResult, call_with_value, constant_pad, convolution_problem, count_ops, insert_fused_node, next_group_id,
-    record_unfused,
+    PassResult, call_with_value, constant_pad, conv_weight_matrix, convolution_problem, count_ops, insert_fused_node,
+    next_group_id, record_unfused,
 )
 from torchfuser.passes.channels_last_between_convs import elementwise_in_nhwc
 
@@ -110,8 +109,7 @@ def _rewrite_as_kernel(gm: fx.GraphModule, node: fx.Node) -> None:
     x, w, bias, stride, padding, dilation = node.args[:6]
     window = Window.over(tensor_meta(x).shape, tensor_meta(w).shape[2:], stride, padding, dilation)
     with gm.graph.inserting_before(node):
-        taps = gm.graph.call_function(ConvWeightAsMatrix(), (w,))
-        taps.meta["val"] = ConvWeightAsMatrix().make(tensor_meta(w))
+        taps = conv_weight_matrix(gm.graph, w)
     window_kernel_over_nhwc(gm, node, x, [taps] + ([bias] if bias is not None else []), window, "sum",
                             bias_epilogue(bias is not None))
 

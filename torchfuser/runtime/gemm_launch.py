@@ -25,7 +25,7 @@ import torch
 from torchfuser.codegen.opencl.gemm import tiled_local_floats
 from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
-from torchfuser.ir.window import Window, conv_weight
+from torchfuser.ir.window import Window
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
@@ -397,27 +397,19 @@ class ExternConvLaunch(ExternGemmLaunch):
     on PyTorch's kernels where they are faster than the implicit GEMM."""
 
     window: Window | None = None
+    conv_weight: object = None  # the GEMM node's ConvWeightFromMatrix: B as the weight, once per version of B
 
     @classmethod
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternConvLaunch":
         launch = super().create(gemm, a, b, extras, out_shape)
-        launch.window = gemm.window
-        launch._weight = (None, -1, None)  # (weak ref to B, its version, the weight made from it)
+        launch.window, launch.conv_weight = gemm.window, gemm.conv_weight
         return launch
 
     def prepare(self, inputs, call=None):
         x, b, *extras = inputs
         if call is not None:
             call.before_host_read([x, b])
-        return [self.window.convolve(x, b, self._conv_weight(b)), *extras]
-
-    def _conv_weight(self, b: torch.Tensor) -> torch.Tensor:
-        """B as the convolution's weight, made once per version of B."""
-        ref, version, weight = self._weight
-        if ref is None or ref() is not b or b._version != version:
-            weight = conv_weight(b, self.window)
-            self._weight = (weakref.ref(b), b._version, weight)
-        return weight
+        return [self.window.convolve(x, self.conv_weight(b)), *extras]
 
 
 def gemm_transforms(launch: Launch, inputs) -> list[str]:

@@ -9,6 +9,7 @@ import torch
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
 from torchfuser.ir.program import Program
+from torchfuser.ir.weights import ConvWeightFromMatrix
 from torchfuser.ir.window import Window
 
 
@@ -114,6 +115,9 @@ class GemmKernel(FusedKernel):
         super().__init__(group)
         self.epilogue = epilogue
         self.window = window  # a: a channels-last input whose patches are A (a convolution)
+        # B back as the convolution's weight, for PyTorch's convolution (the reference, the extern variant)
+        self.conv_weight = (ConvWeightFromMatrix(window.kernel_h, window.kernel_w, window.channels)
+                            if window is not None else None)
 
     def mnk(self, inputs) -> tuple:
         """(M, K, N) of these inputs."""
@@ -124,7 +128,7 @@ class GemmKernel(FusedKernel):
 
     def reference(self, a, b, *extras):
         # a convolution's patches: PyTorch's convolution (an im2col and an mm would be much slower)
-        acc = self.window.convolve(a, b) if self.window is not None else torch.matmul(a, b)
+        acc = self.window.convolve(a, self.conv_weight(b)) if self.window is not None else torch.matmul(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
     @staticmethod
