@@ -12,8 +12,10 @@ is flipped, so the linger returns and the workers, still awake, take the part at
 enqueued once the calling thread has run its own part. A linger nobody releases ends by itself; host work
 that needs the workers' cores (a PyTorch op on its OpenMP threads) releases it first.
 
-Each linger polls while the flag holds the value it was enqueued with (`parity`); a release flips the flag,
-which ends the running linger and no later one (those are enqueued with the new value).
+Each linger polls while the flag holds the generation it was enqueued with; a release moves the flag to the
+next generation, which ends every linger enqueued before it, started or not, and no later one (a flag that
+flipped between two values ended a linger only if it started before the next flip: one that a late worker
+reached two releases on saw its value back and spun its full length).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from torchfuser.runtime.memory import ALIGNMENT
 # blocks at one token the workers are still awake for the next call
 LINGER_SECONDS = 500e-6
 _SOURCE = """
-__kernel void linger(volatile __global const int* flag, const int parity, const int polls) {
-  for (int i = 0; i < polls && flag[0] == parity; ++i) { }
+__kernel void linger(volatile __global const int* flag, const int generation, const int polls) {
+  for (int i = 0; i < polls && flag[0] == generation; ++i) { }
 }
 """
 
@@ -50,11 +52,8 @@ class WorkerLinger:
         program = build_quietly(cl.Program(device.context, _SOURCE), [device.cl_device, device.inline.cl_device],
                                 options="")
         polls = self._polls_for(program, buffer, LINGER_SECONDS)
-        self.kernels = []
-        for parity in (0, 1):
-            kernel = cl.Kernel(program, "linger")
-            kernel.set_args(buffer, np.int32(parity), np.int32(polls))
-            self.kernels.append(kernel)
+        self.kernel = cl.Kernel(program, "linger")
+        self.kernel.set_args(buffer, np.int32(0), np.int32(polls))  # the generation is set at each enqueue
         self._buffer = buffer  # set_args does not keep it alive
         self.workers = device.cl_device.max_compute_units
         self.pending = False  # a linger was enqueued and no release has followed
@@ -66,13 +65,15 @@ class WorkerLinger:
         import pyopencl as cl
 
         self.release()
-        cl.enqueue_nd_range_kernel(self.device.queue, self.kernels[int(self.flag[0])], (self.workers,), (1,))
+        self.kernel.set_arg(1, np.int32(self.flag[0]))  # an enqueue takes the arguments as they are then
+        cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (self.workers,), (1,))
         self.pending = True
 
     def release(self) -> None:
-        """End the running linger (if any): the workers go back to sleep, or to what is queued behind it."""
+        """End the lingers enqueued so far, running or not: the workers go back to sleep, or on to what is
+        queued behind them."""
         if self.pending:
-            self.flag[0] ^= 1
+            self.flag[0] = (int(self.flag[0]) + 1) & 0x7FFFFFFF
             self.pending = False
 
     def _polls_for(self, program, buffer, seconds: float) -> int:

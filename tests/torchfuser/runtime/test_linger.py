@@ -11,27 +11,45 @@ from eager_compare import assert_close
 from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.lanes import HOST_THREADS, SPLIT
-from torchfuser.runtime.linger import LINGER_SECONDS
+import torchfuser.runtime.linger as linger_module
+from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
 
 pytestmark = pytest.mark.skipif(get_device() is None or get_device().inline is None,
                                 reason="needs PoCL's two devices")
 
 
-def test_a_release_flips_the_flag_once_and_a_linger_nobody_releases_ends_by_itself():
+def test_a_release_moves_the_flag_once_and_a_linger_nobody_releases_ends_by_itself():
     runtime = Runtime.for_device(get_device())
     linger = runtime.linger
     runtime.release_workers()
-    parity = int(linger.flag[0])
-    linger.follow()  # enqueued polling while the flag holds `parity`
-    assert linger.pending and int(linger.flag[0]) == parity
+    generation = int(linger.flag[0])
+    linger.follow()  # enqueued polling while the flag holds `generation`
+    assert linger.pending and int(linger.flag[0]) == generation
     linger.release()
-    linger.release()  # nothing pending: no second flip (it would strand the next linger's parity)
-    assert not linger.pending and int(linger.flag[0]) == 1 - parity
+    linger.release()  # nothing pending: the flag stays
+    assert not linger.pending and int(linger.flag[0]) == generation + 1
     linger.follow()
     started = time.perf_counter()
     get_device().queue.finish()  # waits for the unreleased linger: its polls are bounded
     assert time.perf_counter() - started < 1000 * LINGER_SECONDS
     linger.release()
+
+
+def test_lingers_released_before_they_start_end_at_once(monkeypatch):
+    """Two lingers enqueued and released before the workers start either (nothing flushed): each ends at its
+    first poll. With a flag flipped between two values the first saw its value back after the second release
+    and polled to its end (0.4 s here)."""
+    monkeypatch.setattr(linger_module, "LINGER_SECONDS", 0.4)
+    device = get_device()
+    Runtime.for_device(device).release_workers()
+    device.queue.finish()
+    linger = WorkerLinger(device)  # its own flag, polls for 0.4 s
+    for _ in range(2):
+        linger.follow()
+        linger.release()
+    started = time.perf_counter()
+    device.queue.finish()
+    assert time.perf_counter() - started < 0.1
 
 
 @pytest.fixture
