@@ -75,7 +75,7 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "cell", "claim_arguments", "planned",
+                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "widened", "cell", "claim_arguments", "planned",
                  "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
@@ -90,6 +90,7 @@ class Bound:
             cell.buffer, np.int32(cell.index), np.int32(self.split_dim),
             *[np.int64(n) for n in (*launch.global_size, 1, 1)[:3]]]
         self.recent_cuts: list[float] = []  # balanced cuts estimated from recent profiles (lanes.SplitEvents)
+        self.widened = False  # the workers' part has run once at its widest (call.Call._enqueue_here)
         self.exclusive = exclusive and bool(builts)
         self.typed = False  # scalar argument dtypes declared on self.kernels
         if donor is not None and self.exclusive and donor.exclusive and donor.builts is self.builts:

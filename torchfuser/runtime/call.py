@@ -25,8 +25,8 @@ from torchfuser.runtime.claims import ClaimCells, ClaimedSpan
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import (
-    HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, claimable, lane_rates, plan_lanes, split_cut,
-    wait_for_worker, work_groups,
+    HOST_THREADS, INLINE, SPLIT, THREADED, SplitEvents, claimable, group_size, lane_rates, plan_lanes,
+    split_cut, wait_for_worker, work_groups,
 )
 from torchfuser.runtime.launch import Launch, configure
 from torchfuser.runtime.linger import LINGER_SECONDS, WorkerLinger
@@ -277,11 +277,18 @@ class Call:
             self.events.append((bound.label, event))
             return
         dim, cut, size, cell = bound.split_dim, bound.cut, launch.global_size, bound.cell
+        balanced = True  # this launch's cut is the bound's, which its profile may move (lanes.SplitEvents)
         if cell is not None:  # claimed: a work-item per thread, each taking slices until none is left
             cell.reset()
             span = ClaimedSpan(cell, size[dim])
             theirs, mine, local, offset = (self.runtime.worker_threads,), (1,), (1,), None
         else:
+            # PoCL keeps a work-group function per kernel and widest part launched (128 in all, per process): a part
+            # wider than any before adds one, and two parts of a kernel in flight at once can release the wrong one,
+            # pinning it; once full, every launch reloads its kernel. The workers' first part, at its widest (all
+            # but one group), serves every later cut.
+            if bound.exclusive and not bound.widened:  # a plan's (one-off launches keep the measured cut)
+                cut, balanced, bound.widened = group_size(launch, dim), False, True
             theirs, offset, mine = list(size), [0] * len(size), list(size)
             theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
             local = launch.local_size
@@ -297,7 +304,7 @@ class Call:
         if linger is not None:  # enqueued after this thread's part, not before it: it delays nobody there
             linger.follow()
         self.claimed = span if cell is not None else None
-        self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound)))
+        self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound if balanced else None)))
         self.threaded, self.last_event = True, worker
 
     def _input_buffers(self, bound: Bound, inputs) -> list | None:

@@ -242,14 +242,16 @@ class SplitEvents:
     __slots__ = ("worker", "here", "bound", "_span")
 
     def __init__(self, worker, here, bound):
-        self.worker, self.here, self.bound = worker, here, bound  # bound: the launch's call.Bound (its cut)
+        # bound: the launch's call.Bound (its cut); None for a launch at another cut than the bound's
+        self.worker, self.here, self.bound = worker, here, bound
         self._span = None
 
     @property
     def profile(self):
         if self._span is None:  # read once: a second reading must not count the same sample again
             worker, here = self.worker.profile, self.here.profile
-            self._rebalance(worker, here)
+            if self.bound is not None:
+                self._rebalance(worker, here)
             self._span = _Span(min(worker.start, here.start), max(worker.end, here.end))
         return self._span
 

@@ -158,6 +158,38 @@ def test_a_gemm_of_one_panel_splits_its_rows_between_the_threads(monkeypatch):
     assert kernel.lane == SPLIT and "divided along grid dim 1" in kernel.lane_reason
 
 
+def test_a_plans_first_split_gives_the_workers_all_but_one_group(monkeypatch):
+    """PoCL keeps a work-group function per kernel and widest part launched, 128 per process: the workers' first
+    part runs at its widest (offset: one group), so the function it loads serves every later, narrower part;
+    later parts start at the bound's cut. Results agree with eager on every call."""
+    import pyopencl as cl
+
+    monkeypatch.setattr(Runtime.for_device(get_device()), "_rates", RATES)
+    worker_queue = get_device().queue
+    offsets = []
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, global_size, local_size, global_work_offset=None, **kwargs):
+        if queue is worker_queue and global_work_offset is not None:
+            offsets.append(tuple(global_work_offset))
+        return enqueue(queue, kernel, global_size, local_size, global_work_offset=global_work_offset, **kwargs)
+
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+    torch.manual_seed(0)
+    model = nn.Linear(96, 24).eval()
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        for _ in range(4):
+            x = torch.randn(2999, 96)
+            assert_close(compiled(x), model(x))
+    plan = torchfuser.last_report().plan
+    (split,) = [b for step in plan.steps if hasattr(step[2], "bound") for b in step[2].bound.values()
+                if b.lane == SPLIT]
+    group = split.launch.local_size[1] if split.launch.local_size else 1
+    assert split.widened and offsets[0][1] == group  # the first call: everything but one group on the workers
+    assert len(offsets) == 4 and offsets[1][1] > group  # then at the bound's cut (which the profiles move)
+
+
 class _Profile:
     def __init__(self, start, end):
         self.start, self.end = start, end
