@@ -101,6 +101,9 @@ class KernelStep:
         if builts and is_claimed(builts[0].name):
             cell = donor.cell if donor is not None and donor.cell is not None else call.runtime.claim_cells.take()
         bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell, donor=donor)
+        # only a step's first layout runs its first split at the widest cut: a layout that keeps changing (a KV
+        # cache) would otherwise leave most of every call's launch to the workers
+        bound.widened = bool(self.bound) or donor is not None
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
             bound.planned = None if any(t is None for t in planned) else planned  # `in` would call Tensor.__eq__
