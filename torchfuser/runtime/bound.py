@@ -75,8 +75,8 @@ class Bound:
     """
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
-                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "widened", "cell", "claim_arguments", "planned",
-                 "planned_buffers", "memo", "offsets", "addresses", "spare")
+                 "arguments", "lane", "split_dim", "cut", "recent_cuts", "widened", "cell", "claim_arguments",
+                 "planned", "planned_buffers", "memo", "offsets", "addresses", "spare")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
                  lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None,

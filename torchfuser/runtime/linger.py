@@ -8,7 +8,7 @@ kernel) is usually longer than that, so nearly every split launch paid it.
 OpenMP's answer is to spin: its threads wait a while for the next parallel region before they sleep. Ours
 is the same, done with a kernel: behind each worker part the queue holds a `linger` launch that polls a
 flag in host memory for up to LINGER_SECONDS. The next worker part is enqueued behind it and then the flag
-is flipped, so the linger returns and the workers, still awake, take the part at once; the next linger is
+changes, so the linger returns and the workers, still awake, take the part at once; the next linger is
 enqueued once the calling thread has run its own part. A linger nobody releases ends by itself; host work
 that needs the workers' cores (a PyTorch op on its OpenMP threads) releases it first.
 
