@@ -295,14 +295,14 @@ class Call:
         worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, local, global_work_offset=offset)
         linger = self.runtime.linger
         if linger is not None:
-            linger.release()  # the workers, still awake, take their part now
+            # the workers, still awake, take their part now; the next linger queues behind it at once: after this
+            # thread's part (a GEMV streams megabytes through the caches) the same enqueue costs several times more
+            linger.follow()
         device.queue.flush()
         here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
         if cell is not None:
             span.here_done()
             cell.worker_event = worker
-        if linger is not None:  # enqueued after this thread's part, not before it: it delays nobody there
-            linger.follow()
         self.claimed = span if cell is not None else None
         self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound if balanced else None)))
         self.threaded, self.last_event = True, worker

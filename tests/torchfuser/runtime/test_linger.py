@@ -95,3 +95,32 @@ def test_a_split_launch_leaves_its_workers_lingering_after_the_call(split_everyt
     assert linger_after_each_call(model, 3, atol=1e-4) == [True] * 3  # behind the last split's workers' part
     assert [k.lane for k in torchfuser.last_report().kernels] == [SPLIT, SPLIT]
     Runtime.for_device(get_device()).release_workers()
+
+
+def test_the_next_linger_is_enqueued_before_the_calling_threads_part(split_everything, monkeypatch):
+    """Worker part, then its linger, then the calling thread's part: after that part (a GEMV streams its weights
+    through the caches) the linger's enqueue would cost the calling thread several times more."""
+    import pyopencl as cl
+
+    device = get_device()
+    runtime = Runtime.for_device(device)
+    order = []
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        if kernel is runtime.linger.kernel:
+            order.append("linger")
+        else:
+            order.append("here" if queue is device.inline.queue else "workers")
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    torch.manual_seed(0)
+    model = nn.Linear(768, 3072).eval()
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        x = torch.randn(1, 768)
+        compiled(x)
+        monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+        assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+    assert order == ["workers", "linger", "here"]
+    runtime.release_workers()
