@@ -30,6 +30,7 @@ from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, 
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
 from torchfuser.runtime.pointwise_launch import PointwiseLaunch, configure_pointwise
+from torchfuser.runtime.virtual_views import VirtualView, real
 
 logger = logging.getLogger("torchfuser")
 
@@ -196,33 +197,36 @@ def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
 
 
 class PackedWeights:
-    """Packed copies of B operands, keyed by the tensor they view; valid while its version is unchanged."""
+    """Packed copies of B operands, keyed by the tensor they view and the view's layout; valid while its version
+    is unchanged. B may be a virtual view (runtime/virtual_views.py): a steady call finds its copy without
+    making the view (a PyTorch call, several microseconds after a kernel that streamed the caches)."""
 
     def __init__(self):
         self._entries: dict = {}
-        self._last = (None, -1, None)  # (weak ref to the B tensor of the last call, its version, packed): steady
-        # calls pass the same view of a weight (executor's view cache), so one identity check finds its copy
+        self._last = (None, None, -1, None)  # (weak ref to the root of the last call's B, its key, its version, packed)
 
-    def get(self, b: torch.Tensor, tile_n: int, call=None) -> torch.Tensor:
-        last_ref, version, packed = self._last
-        if last_ref is not None and last_ref() is b and b._version == version and packed.shape[-1] == tile_n:
+    def get(self, b, tile_n: int, call=None) -> torch.Tensor:
+        if type(b) is VirtualView:
+            root, key = b.root, (b.shape, b.strides, b.offset, tile_n)
+        else:
+            root, key = b._base if b._base is not None else b, (tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
+        last_ref, last_key, version, packed = self._last
+        if last_ref is not None and last_ref() is root and root._version == version and last_key == key:
             return packed
-        packed = self._lookup(b, tile_n, call)
-        self._last = (weakref.ref(b), b._version, packed)
+        packed = self._lookup(b, root, key, call)
+        self._last = (weakref.ref(root), key, root._version, packed)
         return packed
 
-    def _lookup(self, b: torch.Tensor, tile_n: int, call) -> torch.Tensor:
-        root = b._base if b._base is not None else b
-        key = (id(root), tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
-        entry = self._entries.get(key)
+    def _lookup(self, b, root: torch.Tensor, key: tuple, call) -> torch.Tensor:
+        entry = self._entries.get((id(root), key))
         if entry is not None and entry[0]() is root and entry[1] == root._version:
             return entry[2]
         if call is not None:
             call.before_host_read([b])  # an activation as B may still be being written by a kernel
-        packed = pack_panels(b, tile_n)
+        packed = pack_panels(real(b), key[-1])
         if len(self._entries) > 16:  # activations as B never hit: keep the table small
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        self._entries[key] = (weakref.ref(root), root._version, packed)
+        self._entries[(id(root), key)] = (weakref.ref(root), root._version, packed)
         return packed
 
 
@@ -231,7 +235,7 @@ PANEL_SCHEDULES = ("packed", "rows")  # the schedules that read B as packed pane
 
 class GemmLaunch(Launch):
     packer: PackedWeights | None = None
-    prepare_reads = (1,)  # B, to find its packed copy
+    prepare_reads = ()  # B may stay virtual: PackedWeights finds its copy by its root and layout
 
     def prepare(self, inputs, call=None):
         if self.spec.schedule not in PANEL_SCHEDULES:

@@ -107,6 +107,28 @@ def test_weights_modified_in_place_between_calls():
             model[2].bias.add_(1.0)
 
 
+def test_steady_calls_find_packed_weights_without_making_their_views(monkeypatch):
+    """A Linear's weight reaches its GEMM as a virtual transpose; the packed copy is found from the view's root
+    and layout, so a steady call makes no view (a PyTorch call), and an in-place update is still seen."""
+    from torchfuser.runtime.virtual_views import VirtualView
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)).eval()
+    f = torchfuser.compile(model)
+    x = torch.randn(4, 64)
+    made = []
+    real = VirtualView.real
+    monkeypatch.setattr(VirtualView, "real", lambda view: made.append(view) or real(view))
+    with torch.no_grad():
+        f(x)
+        made.clear()
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-5)
+        assert made == []
+        model[2].weight.mul_(-0.5)  # the view's root changes version: packed again, from the real view
+        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-5)
+        assert len(made) == 1
+
+
 def test_outputs_are_fresh_tensors_on_every_call():
     f = torchfuser.compile(pointwise)
     x, y = torch.randn(5000), torch.randn(5000)
