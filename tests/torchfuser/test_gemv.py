@@ -58,7 +58,8 @@ def test_every_epilogue_over_row_counts_and_ragged_shapes(name, width, monkeypat
     monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: width)
     make, eager, extras = EPILOGUES[name]
     kernel = make()
-    for k, n in [(771, 1001), (40, 17), (5, 64)]:  # odd K, ragged N; N < 32 (one narrow panel); full panels
+    # odd K, ragged N; N < 32 (one narrow panel); full panels; K shorter than the streams a pass reads K in
+    for k, n in [(771, 1001), (40, 17), (5, 64), (3, 33)]:
         w = torch.randn(n, k) / k**0.5
         for m in MS:
             a = torch.randn(m, k + 3)[:, :k]  # a row slice of a wider buffer

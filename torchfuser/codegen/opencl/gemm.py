@@ -9,7 +9,8 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
   stack of row tiles passes over it (the BLIS loop order). The epilogue runs on vectors when the program
   allows it, else element by element.
 - rows (CPU, decode): the packed panels streamed along K by a work-item each, in passes of up to tile_m
-  rows with M a runtime argument (rows_gemm_source): one-token GEMMs run at the speed of reading B.
+  rows with M a runtime argument, a pass of one or two rows reading K as several runs side by side
+  (rows_gemm_source): one-token GEMMs run at the speed of reading B.
 - tiled (GPU): a work-group per block of C; A and B tiles staged through local memory, zero-filled past
   the edges, each work-item's register tile read from there (tiled_gemm_source).
 """
@@ -214,34 +215,68 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
             f"{{ const {spec.index_type} n = n0 + j;{indent}{tail}\n        }} }}")
 
 
+# Streams of K read side by side per pass, by row count: one stream of a panel is what a core's prefetchers
+# follow, and a weight that comes from DRAM (an LM head) streams faster as several (see the GEMV bench row).
+ROWS_K_STREAMS = {1: 4, 2: 2}
+
+
+def _stream_suffixes(streams: int) -> list[str]:
+    """Accumulator and load name suffixes, one per stream ("" for the first: the row's own accumulators)."""
+    return [""] + [f"_s{j}" for j in range(1, streams)]
+
+
 def rows_gemm_source(spec: GemmSpec) -> str:
     """Decode GEMMs (M of 1 to ~16, a plain mm): B packed into [N/tile_n][K][tile_n] panels, a work-item per
     panel (no local memory, groups of one). The item streams its panel along K once per pass of up to tile_m
     rows, tile_n / w vector loads per k and one broadcast FMA per row and vector, so at M = 1 the kernel
     runs at the speed of reading the weights. M is a runtime argument and each row count 1..tile_m has its
     own loop (no FMAs on padding rows); M > tile_m takes further passes, over a panel then in L2. A pass
-    leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes."""
+    leaves its sums in a private tile that one epilogue loop, shared by every row count, finishes. Passes of
+    few rows read K as ROWS_K_STREAMS runs side by side, each into its own sums, added before the spill."""
     idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
 
     def rows_pass(r: int) -> str:
+        streams = ROWS_K_STREAMS.get(r, 1)
         acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(r)]
         rows = " ".join(f"__global const float* a{i} = A + offA + (m0 + {i}) * sam;" for i in range(r))
-        start = " ".join(f"float{w} {acc[i][v]} = 0.0f;" for i in range(r) for v in range(vectors))
-        fmas = "\n          ".join(
-            f"{{ const float{w} a = (float{w})(a{i}[k * sak]); "
-            + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
-            for i in range(r))
+        start = " ".join(f"float{w} {acc[i][v]}{q} = 0.0f;" for q in _stream_suffixes(streams)
+                         for i in range(r) for v in range(vectors))
+
+        def step(q: str, b: str, k: str) -> str:
+            loads = " ".join(f"const float{w} b{v}{q} = vload{w}({v}, {b});" for v in range(vectors))
+            fmas = "\n          ".join(
+                f"{{ const float{w} a = (float{w})(a{i}[{k} * sak]); "
+                + " ".join(f"{acc[i][v]}{q} = fma(a, b{v}{q}, {acc[i][v]}{q});" for v in range(vectors)) + " }"
+                for i in range(r))
+            return f"{loads}\n          {fmas}"
+
         spill = " ".join(f"vstore{w}({acc[i][v]}, {v}, tile[{i}]);" for i in range(r) for v in range(vectors))
+        if streams == 1:
+            loop = f"""__global const float* bk = panel;
+        for ({idx} k = 0; k < K; ++k, bk += {tn}) {{
+          {step("", "bk", "k")}
+        }}"""
+        else:  # K in `streams` runs of kq steps read side by side (then the rest of K), their sums added at the end
+            runs = "\n          ".join(step(q, f"bk + {j} * kq * {tn}" if j else "bk", f"(k + {j} * kq)" if j else "k")
+                                      for j, q in enumerate(_stream_suffixes(streams)))
+            total = " ".join(f"{acc[i][v]} += " + " + ".join(f"{acc[i][v]}{q}" for q in _stream_suffixes(streams)[1:]) + ";"
+                             for i in range(r) for v in range(vectors))
+            loop = f"""const {idx} kq = K / {streams};
+        __global const float* bk = panel;
+        for ({idx} k = 0; k < kq; ++k, bk += {tn}) {{
+          {runs}
+        }}
+        bk = panel + {streams} * kq * {tn};
+        for ({idx} k = {streams} * kq; k < K; ++k, bk += {tn}) {{
+          {step("", "bk", "k")}
+        }}
+        {total}"""
         return f"""{"default" if r == tm else f"case {r}"}: {{
         {rows}
         {start}
-        __global const float* bk = panel;
-        for ({idx} k = 0; k < K; ++k, bk += {tn}) {{
-          {load_b}
-          {fmas}
-        }}
+        {loop}
         {spill}
       }} break;"""
 
