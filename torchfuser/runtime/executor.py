@@ -216,9 +216,12 @@ class Plan:
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIRTUAL if node in virtual
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS
-                        else WEIGHT if getattr(node.target, "weight_transform", False) and not node.kwargs
+                        else WEIGHT if (getattr(node.target, "weight_transform", False) and not node.kwargs
+                                        and not _reads_kernel_results(node, owner))
                         else FALLBACK)
                 target = _view_function(node) if kind == VIEW else node.target
+                if kind == FALLBACK and getattr(target, "weight_transform", False):  # of kernel results: made anew
+                    target = target.make
                 if kind == KERNEL:
                     long_lived = [isinstance(a, fx.Node) and (owner[a].op in ("placeholder", "get_attr")
                                                               or owner[a] in blocks.of) for a in node.args]
@@ -359,6 +362,12 @@ def _bindings(nodes) -> Bindings:
 
 class UnboundSize(ValueError):
     """A symbolic size no call can read off the graph's inputs."""
+
+
+def _reads_kernel_results(node: fx.Node, owner) -> bool:
+    """node reads what a kernel of the plan writes (a planned block, rewritten each call with no new version:
+    a weight transform of it is made anew every call, as a fallback, never kept by version)."""
+    return any(isinstance(owner[a].target, FusedKernel) for a in node.all_input_nodes)
 
 
 def _trusted_values(nodes, owner) -> set:

@@ -235,6 +235,12 @@ class _CopyingCall:
         self.device.queue.finish()
 
 
+# The tensors of planned blocks: kernels write them in place call after call and their version counters never move,
+# so nothing may be kept by version for them (a GEMM's packed copy of one as its B). By id: a WeakSet would compare
+# tensors with ==
+REWRITTEN_BY_KERNELS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 class PlannedBlocks:
     """Host memory for a plan's intermediate results, assigned once by liveness (two values whose lives do
     not overlap share a block) and kept from call to call: a steady call allocates nothing for them, and the
@@ -262,4 +268,5 @@ class PlannedBlocks:
         item = layout.dtype.itemsize
         view = np.ndarray(layout.shape, np_dtype, buffer=raw, offset=start, strides=tuple(s * item for s in layout.stride))
         found = self._tensors[key] = torch.from_numpy(view)
+        REWRITTEN_BY_KERNELS[id(found)] = found
         return found

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import torchfuser
 from torchfuser.runtime.device import get_device
@@ -127,6 +128,31 @@ def test_steady_calls_find_packed_weights_without_making_their_views(monkeypatch
         model[2].weight.mul_(-0.5)  # the view's root changes version: packed again, from the real view
         torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-5)
         assert len(made) == 1
+
+
+def test_a_gemm_operand_computed_by_a_kernel_is_packed_again_every_call():
+    """B is a planned result: the same tensor every call, rewritten by its kernel with no new version, so its
+    packed copy cannot be kept by version (it was: every call after the first used the first call's B)."""
+    fn = lambda a, x: F.gelu(a @ (x * 2.0 + 1.0))  # noqa: E731
+    f = torchfuser.compile(fn)
+    with torch.no_grad():
+        for _ in range(3):
+            a, x = torch.randn(64, 48), torch.randn(48, 80)
+            torch.testing.assert_close(f(a, x), fn(a, x), rtol=1e-4, atol=1e-4)
+    assert [k.kind for k in torchfuser.last_report().kernels] == ["pointwise", "gemm"]
+
+
+def test_a_convolution_weight_computed_by_a_kernel_is_transformed_again_every_call():
+    """The weight as a GEMM's B matrix is a weight transform, kept by its input's version: of a planned result
+    it is made every call instead."""
+    fn = lambda x, w: F.relu(F.conv2d(x, w * 2.0 + 1.0, padding=1))  # noqa: E731
+    f = torchfuser.compile(fn)
+    x = torch.randn(2, 16, 9, 9)
+    with torch.no_grad():
+        for _ in range(3):
+            w = torch.randn(8, 16, 3, 3)
+            torch.testing.assert_close(f(x, w), fn(x, w), rtol=1e-4, atol=1e-4)
+    assert "gemm" in [k.kind for k in torchfuser.last_report().kernels]
 
 
 def test_outputs_are_fresh_tensors_on_every_call():
