@@ -17,6 +17,7 @@ without looking at its arguments' layouts, and views of unchanged tensors are re
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 
@@ -26,6 +27,7 @@ import torch.fx as fx
 from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.ir.aten import VIEW_OPS, WEIGHT
 from torchfuser.ir.kernels import FusedKernel
+from torchfuser.ir.layout import contiguous_strides
 from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
 from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic, tensor_has_symbols
 from torchfuser.runtime.bound import Bound
@@ -45,7 +47,7 @@ class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
     __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic",
-                 "reads_virtual", "sized_layouts")
+                 "reads_virtual", "sized_layouts", "reshaped")
 
     def __init__(self, target: FusedKernel, name: str, plan: "Plan", blocks: list | None, trusts_layouts: bool,
                  long_lived: list[bool], reads_virtual: bool = False, sized_layouts: bool = True):
@@ -60,6 +62,7 @@ class KernelStep:
         # some input's layout, or the node's own sizes, depend on the graph's symbols (else a call with new
         # symbol values but the trusted layouts of the call before gives this step the same layouts again)
         self.sized_layouts = sized_layouts or self.symbolic
+        self.reshaped: tuple | None = None  # the shape its only reader views its fresh result in (_reshaped_results)
 
     def __call__(self, call: Call | None, args, sizes: tuple):
         target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target
@@ -104,6 +107,10 @@ class KernelStep:
         # only a step's first layout runs its first split at the widest cut: a layout that keeps changing (a KV
         # cache) would otherwise leave most of every call's launch to the workers
         bound.widened = bool(self.bound) or donor is not None
+        if self.reshaped is not None and len(bound.outputs) == 1:  # allocated in its reader's shape (same bytes)
+            out = bound.outputs[0]
+            if out.stride == tuple(contiguous_strides(out.shape)) and math.prod(out.shape) == math.prod(self.reshaped):
+                bound.outputs = [OutputLayout.of(self.reshaped, contiguous_strides(self.reshaped), out.dtype)]
         if self.blocks is not None:
             planned = [self.plan.memory.tensor(block, layout) for block, layout in zip(self.blocks, bound.outputs)]
             bound.planned = None if any(t is None for t in planned) else planned  # `in` would call Tensor.__eq__
@@ -163,7 +170,7 @@ def _flatten(value):
     return [value]
 
 
-KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT = range(6)
+KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT, RESHAPE = range(7)
 
 aten = torch.ops.aten
 # View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
@@ -206,6 +213,7 @@ class Plan:
         trusted = _trusted_values(nodes, owner)
         to_output = _reaching_output(nodes)
         virtual = _virtual_views(nodes, owner, to_output, blocks)
+        reshaped = _reshaped_results(nodes, blocks, virtual)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
         self.steps = []
@@ -214,12 +222,14 @@ class Plan:
                 self.output = _fetcher((node.args[0],), index)
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
-                        else VIRTUAL if node in virtual
+                        else VIRTUAL if node in virtual else RESHAPE if node in reshaped
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS
                         else WEIGHT if (getattr(node.target, "weight_transform", False) and not node.kwargs
                                         and not _reads_kernel_results(node, owner))
                         else FALLBACK)
-                target = _view_function(node) if kind == VIEW else node.target
+                target = _view_function(node) if kind in (VIEW, RESHAPE) else node.target
+                if kind == RESHAPE:
+                    target = (reshaped[node], target)
                 if kind == FALLBACK and getattr(target, "weight_transform", False):  # of kernel results: made anew
                     target = target.make
                 if kind == KERNEL:
@@ -229,6 +239,7 @@ class Plan:
                                         all(i in trusted for i in node.all_input_nodes), long_lived,
                                         any(a in virtual for a in node.all_input_nodes),
                                         any(_sized_layout(a) for a in node.all_input_nodes))
+                    target.reshaped = next((reshaped[u] for u in node.users if u in reshaped), None)
                 cache = None
                 if (kind == VIEW and node.target is not operator.getitem and node not in to_output
                         and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
@@ -301,6 +312,9 @@ class Plan:
                         call.before_host_read(tensors_in(args))
                     made = target(*args)
                 env[slot] = made
+            elif kind == RESHAPE:  # the kernel's result in this shape already, unless it ran otherwise (a fallback)
+                shape, view = target
+                env[slot] = args[0] if args[0].shape == shape else view(*args)
             elif cache is not None and cache.base is args[0] and cache.address == args[0].data_ptr():
                 env[slot] = cache.view
             else:
@@ -362,6 +376,24 @@ def _bindings(nodes) -> Bindings:
 
 class UnboundSize(ValueError):
     """A symbolic size no call can read off the graph's inputs."""
+
+
+def _reshaped_results(nodes, blocks, virtual: set) -> dict:
+    """View nodes that only reshape a kernel's fresh result (contiguous to contiguous, offset 0: the same bytes),
+    its only reader -> the view's shape. The kernel's output is allocated in that shape and the step passes it on:
+    a view op right after a kernel that streamed the caches costs tens of microseconds (a block's output)."""
+    found = {}
+    for node in nodes:
+        source = node.args[0] if node.op == "call_function" and node.args else None
+        if (node.target not in VIEW_OPS or node.kwargs or node in virtual or not isinstance(source, fx.Node)
+                or not isinstance(source.target, FusedKernel) or len(source.users) != 1 or source in blocks.of):
+            continue
+        made, viewed = source.meta.get("val"), node.meta.get("val")
+        if (isinstance(made, torch.Tensor) and isinstance(viewed, torch.Tensor) and not tensor_has_symbols(made)
+                and not tensor_has_symbols(viewed) and made.dtype == viewed.dtype and made.numel() == viewed.numel()
+                and made.is_contiguous() and viewed.is_contiguous() and viewed.storage_offset() == 0):
+            found[node] = tuple(viewed.shape)
+    return found
 
 
 def _reads_kernel_results(node: fx.Node, owner) -> bool:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import torchfuser
 from torchfuser.runtime.device import get_device
-from torchfuser.runtime.executor import KERNEL
+from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder
 
@@ -153,6 +153,21 @@ def test_a_convolution_weight_computed_by_a_kernel_is_transformed_again_every_ca
             w = torch.randn(8, 16, 3, 3)
             torch.testing.assert_close(f(x, w), fn(x, w), rtol=1e-4, atol=1e-4)
     assert "gemm" in [k.kind for k in torchfuser.last_report().kernels]
+
+
+@pytest.mark.parametrize("reshape", [lambda t: t.view(5, 3, 7), lambda t: t.unsqueeze(0), lambda t: t.reshape(-1)])
+def test_a_kernel_result_only_reshaped_is_allocated_in_the_views_shape(reshape):
+    """A view that only reshapes a kernel's fresh result (the block's output view) costs no view op: the kernel's
+    output is allocated in the view's shape and passed on; results, shapes and strides are eager's."""
+    fn = lambda x, y: reshape(torch.sigmoid(x) * y + 1)  # noqa: E731
+    f = torchfuser.compile(fn)
+    with torch.no_grad():
+        for _ in range(3):
+            x, y = torch.randn(15, 7), torch.randn(15, 7)
+            out, expected = f(x, y), fn(x, y)
+            torch.testing.assert_close(out, expected)
+            assert out.stride() == expected.stride() and out._base is None  # not a view of the kernel's result
+    assert RESHAPE in [step[1] for step in torchfuser.last_report().plan.steps]
 
 
 def test_outputs_are_fresh_tensors_on_every_call():
