@@ -177,6 +177,17 @@ def test_in_place_weight_updates_are_seen(monkeypatch):
         assert_close(fast(x), model(x))
 
 
+def test_a_weight_given_new_storage_is_packed_again():
+    """`p.data = new` swaps the parameter's storage but keeps its version: the packed copy is found by both."""
+    model = LinearAct(24, 48, "relu").eval()
+    x = torch.randn(5, 24)
+    fast = torchfuser.compile(model)
+    with torch.no_grad():
+        assert_close(fast(x), model(x))
+        model.fc.weight.data = torch.randn(48, 24)
+        assert_close(fast(x), model(x))
+
+
 def test_activation_times_activation_packs_every_call():
     fn = lambda a, b: F.gelu(a @ b)  # noqa: E731
     compiled = torchfuser.compile(fn)

@@ -105,8 +105,9 @@ class Runtime:
         chosen = []
         for x, (lane, why) in zip(present, plan_lanes(self.rates(), works)):
             split = split_cut(x, 0.5) if lane == SPLIT else None
-            if lane == SPLIT and split is None:  # one work-group along every dim: nothing to divide
-                lane, why = INLINE, "in the calling thread: one work-group"
+            if lane == SPLIT and split is None:  # nothing to divide (lanes.split_cut)
+                lane, why = INLINE, ("in the calling thread: its kernel indexes by work-group"
+                                     if x.spec.indexes_by_group else "in the calling thread: one work-group")
             elif split is not None:
                 why += f"; divided along grid dim {split[0]} ({work_groups(x, split[0])} work-groups)"
             chosen.append((lane, why))

@@ -199,39 +199,41 @@ def pack_panels(b: torch.Tensor, tile_n: int) -> torch.Tensor:
 
 class PackedWeights:
     """Packed copies of B operands, keyed by the tensor they view and the view's layout; valid while its version
-    is unchanged. B may be a virtual view (runtime/virtual_views.py): a steady call finds its copy without
-    making the view (a PyTorch call, several microseconds after a kernel that streamed the caches)."""
+    and address are unchanged (`p.data = new` swaps the storage and keeps the version). B may be a virtual view
+    (runtime/virtual_views.py): a steady call finds its copy without making the view (a PyTorch call, several
+    microseconds after a kernel that streamed the caches)."""
 
     def __init__(self):
         self._entries: dict = {}
-        self._last = (None, None, -1, None)  # (weak ref to the root of the last call's B, its key, its version, packed)
+        self._last = (None, None, None, None)  # (weak ref to the root of the last call's B, its key, state, packed)
 
     def get(self, b, tile_n: int, call=None) -> torch.Tensor:
         if type(b) is VirtualView:
             root, key = b.root, (b.shape, b.strides, b.offset, tile_n)
         else:
             root, key = b._base if b._base is not None else b, (tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
-        last_ref, last_key, version, packed = self._last
-        if last_ref is not None and last_ref() is root and root._version == version and last_key == key:
+        state = (root._version, root.data_ptr())
+        last_ref, last_key, last_state, packed = self._last
+        if last_ref is not None and last_ref() is root and state == last_state and last_key == key:
             return packed
         if REWRITTEN_BY_KERNELS.get(id(root)) is root:  # a planned result: new contents each call, the same version
             if call is not None:
                 call.before_host_read([b])
             return pack_panels(real(b), tile_n)
-        packed = self._lookup(b, root, key, call)
-        self._last = (weakref.ref(root), key, root._version, packed)
+        packed = self._lookup(b, root, key, state, call)
+        self._last = (weakref.ref(root), key, state, packed)
         return packed
 
-    def _lookup(self, b, root: torch.Tensor, key: tuple, call) -> torch.Tensor:
+    def _lookup(self, b, root: torch.Tensor, key: tuple, state: tuple, call) -> torch.Tensor:
         entry = self._entries.get((id(root), key))
-        if entry is not None and entry[0]() is root and entry[1] == root._version:
+        if entry is not None and entry[0]() is root and entry[1] == state:
             return entry[2]
         if call is not None:
             call.before_host_read([b])  # an activation as B may still be being written by a kernel
         packed = pack_panels(real(b), key[-1])
         if len(self._entries) > 16:  # activations as B never hit: keep the table small
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        self._entries[(id(root), key)] = (weakref.ref(root), root._version, packed)
+        self._entries[(id(root), key)] = (weakref.ref(root), state, packed)
         return packed
 
 

@@ -227,7 +227,10 @@ def claimable(launch, rates: LaneRates) -> bool:
 
 def split_cut(launch, share: float) -> tuple[int, int] | None:
     """(dim, cut): the dim with the most work-groups (a GEMM of one panel splits its row stacks) and the first
-    global index of the workers' part along it (a work-group boundary); None if no dim holds two groups."""
+    global index of the workers' part along it (a work-group boundary); None if no dim holds two groups, or the
+    kernel finds its work by work-group id (two parts would both start at group 0)."""
+    if launch.spec.indexes_by_group:
+        return None
     dim = max(range(len(launch.global_size)), key=lambda d: (work_groups(launch, d), -d))
     groups = work_groups(launch, dim)
     if groups < 2:

@@ -1,5 +1,7 @@
 """Where launches run: in the calling thread or split with the workers, chosen from measured rates; both agree."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn as nn
@@ -124,8 +126,9 @@ def test_every_kind_computes_the_same_in_either_lane(lane, monkeypatch):
 
 
 class _Grid:
-    def __init__(self, global_size, local_size):
+    def __init__(self, global_size, local_size, indexes_by_group=False):
         self.global_size, self.local_size = global_size, local_size
+        self.spec = SimpleNamespace(indexes_by_group=indexes_by_group)
 
 
 def test_a_split_divides_the_dim_with_the_most_work_groups():
@@ -135,6 +138,7 @@ def test_a_split_divides_the_dim_with_the_most_work_groups():
     assert split_cut(_Grid((64, 4), (64, 1)), 0.5) == (1, 2)  # one group of 64 along dim 0
     assert split_cut(_Grid((16,), (16,)), 0.5) is None  # one work-group: nothing to divide
     assert split_cut(_Grid((8, 8), (1, 1)), 0.99) == (0, 7)  # each side keeps at least one group
+    assert split_cut(_Grid((96,), (1,), indexes_by_group=True), 0.5) is None  # its work found by group id
 
 
 @pytest.mark.skipif(get_device() is None or get_device().inline is None, reason="needs PoCL's two devices")
@@ -227,3 +231,28 @@ def test_the_cut_follows_the_median_of_recent_samples_and_shrugs_off_one_outlier
     for _ in range(3):  # the workers now steadily half as fast: they should take a third
         _sample(bound, 1000, 2000)
     assert bound.cut == 64
+
+
+def test_kernels_that_index_by_work_group_never_split(monkeypatch):
+    """A work-group per block of C (the tiled GEMM) or per row (a group reduction) finds its work by
+    get_group_id, which a part at a global offset starts at 0 again: such launches run whole. A split tiled GEMM
+    left a quarter of C unwritten (flaky in CI, where the measured rates sometimes chose to split)."""
+    import torch.nn.functional as F
+
+    import torchfuser.runtime.gemm_launch as gemm_launch
+    from torchfuser.ir.kernels import GemmKernel
+    from torchfuser.ir.program import ProgramBuilder
+    from torchfuser.runtime.device import Device
+    from torchfuser.runtime.launch import configure
+
+    if get_device() is None or get_device().inline is None:
+        pytest.skip("needs PoCL's two devices")
+    monkeypatch.setattr(Device, "type_name", property(lambda self: "GPU"))  # the tiled schedule
+    monkeypatch.setattr(Runtime, "lane", lambda self, launch: (SPLIT, "forced") if self.split_point(launch)
+                        else (INLINE, "forced"))
+    builder = ProgramBuilder(["float32"] * 2)
+    kernel = GemmKernel(builder.build([builder.emit("add", (0, 1), "float32")]), group=0)
+    a, b, bias = torch.randn(769, 7), torch.randn(7, 127), torch.randn(127)
+    assert split_cut(configure(kernel, [a, b, bias], "GPU"), 0.5) is None
+    assert configure(kernel, [a, b, bias], "GPU").spec.schedule == "tiled"
+    assert_close(kernel(a, b, bias), a @ b + bias, rtol=1e-4, atol=1e-4)

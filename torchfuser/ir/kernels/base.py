@@ -82,6 +82,12 @@ class KernelSpec:
 
     kind = "fused"
 
+    @property
+    def indexes_by_group(self) -> bool:
+        """The kernel finds its work from its work-group ids (get_group_id), which do not include a launch's
+        global offset: it cannot run as two parts of one grid (a split launch)."""
+        return False
+
     def key_text(self) -> str:
         raise NotImplementedError
 

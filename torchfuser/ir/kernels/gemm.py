@@ -60,6 +60,10 @@ class GemmSpec(KernelSpec):
 
     kind = "gemm"
 
+    @property
+    def indexes_by_group(self) -> bool:
+        return self.schedule == "tiled"  # a work-group per block of C
+
     def __post_init__(self):
         if self.dtype != "float32":
             raise ValueError("the GEMM template supports float32")

@@ -33,6 +33,10 @@ class ReductionSpec(KernelSpec):
 
     kind = "reduction"
 
+    @property
+    def indexes_by_group(self) -> bool:
+        return self.schedule == GROUP_PER_ROW  # rows by work-group id, in a loop over the groups
+
     def __post_init__(self):
         if len(self.layouts) != len(self.reduction.load_dtypes):
             raise ValueError("one layout per load")
