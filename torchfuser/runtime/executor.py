@@ -248,7 +248,8 @@ class Plan:
                 kwargs = _fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i]), cache))
-        self.stats: dict[str, KernelStats] = {}
+        self._stats: dict[str, KernelStats] = {}
+        self._unrecorded: list[list] = []  # the events of the calls since the last profiled one (at most 9)
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
@@ -333,17 +334,36 @@ class Plan:
                 env[dead] = None
         return self.output(env)[0]
 
+    @property
+    def stats(self) -> dict[str, KernelStats]:
+        """Launches and profiled seconds per kernel. A call that is not profiled only keeps its events, counted
+        when the stats are read or the next call is profiled: no loop over its launches at its end."""
+        self._count_unrecorded()
+        return self._stats
+
+    def _count_unrecorded(self) -> None:
+        pending, self._unrecorded = self._unrecorded, []
+        for events in pending:
+            for name, _ in events:
+                self._kernel_stats(name).launches += 1
+
+    def _kernel_stats(self, name: str) -> KernelStats:
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = KernelStats()
+        return stats
+
     def _record(self, call: Call) -> None:
         # not the first call: PoCL compiles each kernel's work-group function inside its first launch
-        profile = self.calls > 0 and (self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0)
+        if not (self.calls > 0 and (self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0)):
+            self._unrecorded.append(call.events)
+            return
+        self._count_unrecorded()
         for name, event in call.events:
-            stats = self.stats.get(name)
-            if stats is None:
-                stats = self.stats[name] = KernelStats()
+            stats = self._kernel_stats(name)
             stats.launches += 1
-            if profile:
-                stats.profiled += 1
-                stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+            stats.profiled += 1
+            stats.seconds += (event.profile.end - event.profile.start) * 1e-9
 
 
 def _sized_layout(node: fx.Node) -> bool:

@@ -415,3 +415,18 @@ def test_view_steps_call_tensor_methods_that_make_the_op_s_views(op, args):
         assert (a.shape, a.stride(), a.storage_offset()) == (e.shape, e.stride(), e.storage_offset())
         assert a.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
         assert torch.equal(a, e)
+
+
+def test_launches_of_calls_not_profiled_are_counted_when_the_stats_are_read():
+    f = torchfuser.compile(pointwise)
+    x, y = torch.randn(5000), torch.randn(5000)
+    with torch.no_grad():
+        for _ in range(25):
+            f(x, y)
+    plan = torchfuser.last_report().plan
+    (stats,) = plan.stats.values()
+    assert (stats.launches, stats.profiled) == (25, 20)  # calls 1..19, then every 10th: 20
+    plan.stats.clear()
+    with torch.no_grad():
+        f(x, y)
+    assert [s.launches for s in plan.stats.values()] == [1]
