@@ -25,10 +25,10 @@ import torch
 import torch.fx as fx
 
 from torchfuser.codegen.opencl.claimed import is_claimed
-from torchfuser.ir.aten import VIEW_OPS, WEIGHT
+from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.layout import contiguous_strides
-from torchfuser.ir.liveness import buffer_owners, last_uses, output_owners
+from torchfuser.ir.liveness import buffer_owners, last_uses
 from torchfuser.ir.symbolic import Bindings, has_symbols, is_symbolic, tensor_has_symbols
 from torchfuser.runtime.bound import Bound
 from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
@@ -36,7 +36,10 @@ from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
-from torchfuser.runtime.virtual_views import VIRTUAL_OPS, real, virtual_view
+from torchfuser.runtime.plan_analysis import (
+    plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
+)
+from torchfuser.runtime.virtual_views import real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 SIZES_KEPT = 256  # distinct symbol values a plan records
@@ -62,7 +65,7 @@ class KernelStep:
         # some input's layout, or the node's own sizes, depend on the graph's symbols (else a call with new
         # symbol values but the trusted layouts of the call before gives this step the same layouts again)
         self.sized_layouts = sized_layouts or self.symbolic
-        self.reshaped: tuple | None = None  # the shape its only reader views its fresh result in (_reshaped_results)
+        self.reshaped: tuple | None = None  # the shape its only reader views its fresh result in (plan_analysis.reshaped_results)
 
     def __call__(self, call: Call | None, args, sizes: tuple):
         target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target
@@ -208,12 +211,12 @@ class Plan:
         for node in nodes:  # a value is dropped after its own last use (its buffer may live on in a view)
             if node.users:
                 free_after[max(index[u] for u in node.users)].append(index[node])
-        blocks = _plan_blocks(nodes, owner, last_use)
+        blocks = plan_blocks(nodes, owner, last_use)
         self.memory = PlannedBlocks(blocks.capacities)
-        trusted = _trusted_values(nodes, owner)
-        to_output = _reaching_output(nodes)
-        virtual = _virtual_views(nodes, owner, to_output, blocks)
-        reshaped = _reshaped_results(nodes, blocks, virtual)
+        trusted = trusted_values(nodes, owner)
+        to_output = reaching_output(nodes)
+        virtual = virtual_view_nodes(nodes, owner, to_output, blocks)
+        reshaped = reshaped_results(nodes, blocks, virtual)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
         self.steps = []
@@ -225,7 +228,7 @@ class Plan:
                         else VIRTUAL if node in virtual else RESHAPE if node in reshaped
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS
                         else WEIGHT if (getattr(node.target, "weight_transform", False) and not node.kwargs
-                                        and not _reads_kernel_results(node, owner))
+                                        and not reads_kernel_results(node, owner))
                         else FALLBACK)
                 target = _view_function(node) if kind in (VIEW, RESHAPE) else node.target
                 if kind == RESHAPE:
@@ -396,101 +399,6 @@ def _bindings(nodes) -> Bindings:
 
 class UnboundSize(ValueError):
     """A symbolic size no call can read off the graph's inputs."""
-
-
-def _reshaped_results(nodes, blocks, virtual: set) -> dict:
-    """View nodes that only reshape a kernel's fresh result (contiguous to contiguous, offset 0: the same bytes),
-    its only reader -> the view's shape. The kernel's output is allocated in that shape and the step passes it on:
-    a view op right after a kernel that streamed the caches costs tens of microseconds (a block's output)."""
-    found = {}
-    for node in nodes:
-        source = node.args[0] if node.op == "call_function" and node.args else None
-        if (node.target not in VIEW_OPS or node.kwargs or node in virtual or not isinstance(source, fx.Node)
-                or not isinstance(source.target, FusedKernel) or len(source.users) != 1 or source in blocks.of):
-            continue
-        made, viewed = source.meta.get("val"), node.meta.get("val")
-        if (isinstance(made, torch.Tensor) and isinstance(viewed, torch.Tensor) and not tensor_has_symbols(made)
-                and not tensor_has_symbols(viewed) and made.dtype == viewed.dtype and made.numel() == viewed.numel()
-                and made.is_contiguous() and viewed.is_contiguous() and viewed.storage_offset() == 0):
-            found[node] = tuple(viewed.shape)
-    return found
-
-
-def _reads_kernel_results(node: fx.Node, owner) -> bool:
-    """node reads what a kernel of the plan writes (a planned block, rewritten each call with no new version:
-    a weight transform of it is made anew every call, as a fallback, never kept by version)."""
-    return any(isinstance(owner[a].target, FusedKernel) for a in node.all_input_nodes)
-
-
-def _trusted_values(nodes, owner) -> set:
-    """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results and views
-    of them (a PyTorch fallback's result is not counted: its layout is the op's business)."""
-    return {n for n in nodes if owner[n].op in ("placeholder", "get_attr") or isinstance(owner[n].target, FusedKernel)}
-
-
-def _virtual_views(nodes, owner, to_output, blocks) -> set:
-    """View nodes that only kernels read (directly or through other such views), kept as metadata
-    (runtime/virtual_views.py). Views of weights and constants stay tensors (a weight's view is what its
-    packed copy is found by), and so do views of planned results by constant arguments, which the view cache
-    gives at no cost."""
-    found: set = set()
-    for node in reversed(nodes):
-        root = owner[node]
-        if (node.op != "call_function" or node.target not in VIRTUAL_OPS or node.kwargs or not node.users
-                or node in to_output or root.op == "get_attr" or root.meta.get(WEIGHT)
-                or not all(u in found or isinstance(u.target, FusedKernel) for u in node.users)):
-            continue
-        if root in blocks.of and not any(isinstance(a, fx.Node) for a in node.args[1:]):
-            continue
-        found.add(node)
-    return found
-
-
-def _reaching_output(nodes) -> set:
-    """Nodes whose value is an output or viewed by one (such views are made fresh every call, as eager does)."""
-    found = set()
-    for node in reversed(nodes):
-        if node.op == "output" or any(u in found for u in node.users if u.op == "output" or
-                                      u.target is operator.getitem or u.target in VIEW_OPS):
-            found.add(node)
-    return found
-
-
-class _Blocks:
-    def __init__(self):
-        self.capacities: list[int] = []
-        self.of: dict = {}  # kernel node -> [block per output]
-
-
-def _plan_blocks(nodes, owner, last_use) -> _Blocks:
-    """Blocks for the results of kernels that no output reaches: best fit among the blocks free at the node
-    (a node's own inputs are released only after its outputs are placed, since it reads them as it writes)."""
-    outputs = output_owners(nodes, owner)
-    blocks = _Blocks()
-    free: list[int] = []
-    release: dict[int, list[int]] = {}
-    for i, node in enumerate(nodes):
-        if isinstance(node.target, FusedKernel) and owner[node] is node and node not in outputs and node.users:
-            values = node.meta.get("val")
-            values = values if isinstance(values, (tuple, list)) else [values]
-            if any(isinstance(v, torch.Tensor) and has_symbols(v.shape) for v in values):
-                continue  # sizes that change between calls: fresh outputs, as for graph outputs
-            placed = []
-            for value in values:
-                need = OutputLayout.of(value.shape, value.stride(), value.dtype).nbytes if isinstance(
-                    value, torch.Tensor) else 0
-                fits = [b for b in free if blocks.capacities[b] >= need]
-                if fits:
-                    block = min(fits, key=blocks.capacities.__getitem__)
-                    free.remove(block)
-                else:
-                    block = len(blocks.capacities)
-                    blocks.capacities.append(need)
-                placed.append(block)
-            blocks.of[node] = placed
-            release.setdefault(last_use.get(node, i), []).extend(placed)
-        free += release.pop(i, [])
-    return blocks
 
 
 def _fetch_attr(gm, target: str):
