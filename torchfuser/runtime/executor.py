@@ -65,7 +65,8 @@ class KernelStep:
         # some input's layout, or the node's own sizes, depend on the graph's symbols (else a call with new
         # symbol values but the trusted layouts of the call before gives this step the same layouts again)
         self.sized_layouts = sized_layouts or self.symbolic
-        self.reshaped: tuple | None = None  # the shape its only reader views its fresh result in (plan_analysis.reshaped_results)
+        # the shape its only reader views its fresh result in (plan_analysis.reshaped_results): allocated so
+        self.reshaped: tuple | None = None
 
     def __call__(self, call: Call | None, args, sizes: tuple):
         target = self.target.at_sizes(self.plan.bindings.symbols, sizes) if self.symbolic else self.target

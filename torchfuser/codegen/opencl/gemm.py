@@ -235,7 +235,6 @@ def rows_gemm_source(spec: GemmSpec) -> str:
     few rows read K as ROWS_K_STREAMS runs side by side, each into its own sums, added before the spill."""
     idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
-    load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
 
     def rows_pass(r: int) -> str:
         streams = ROWS_K_STREAMS.get(r, 1)
@@ -259,9 +258,10 @@ def rows_gemm_source(spec: GemmSpec) -> str:
           {step("", "bk", "k")}
         }}"""
         else:  # K in `streams` runs of kq steps read side by side (then the rest of K), their sums added at the end
+            suffixes = _stream_suffixes(streams)
             runs = "\n          ".join(step(q, f"bk + {j} * kq * {tn}" if j else "bk", f"(k + {j} * kq)" if j else "k")
-                                      for j, q in enumerate(_stream_suffixes(streams)))
-            total = " ".join(f"{acc[i][v]} += " + " + ".join(f"{acc[i][v]}{q}" for q in _stream_suffixes(streams)[1:]) + ";"
+                                      for j, q in enumerate(suffixes))
+            total = " ".join(f"{acc[i][v]} += " + " + ".join(f"{acc[i][v]}{q}" for q in suffixes[1:]) + ";"
                              for i in range(r) for v in range(vectors))
             loop = f"""const {idx} kq = K / {streams};
         __global const float* bk = panel;
