@@ -216,24 +216,24 @@ class PackedWeights:
         last_ref, last_key, last_state, packed = self._last
         if last_ref is not None and last_ref() is root and state == last_state and last_key == key:
             return packed
-        if REWRITTEN_BY_KERNELS.get(id(root)) is root:  # a planned result: new contents each call, the same version
-            if call is not None:
-                call.before_host_read([b])
-            return pack_panels(real(b), tile_n)
-        packed = self._lookup(b, root, key, state, call)
-        self._last = (weakref.ref(root), key, state, packed)
+        # a planned result (memory.REWRITTEN_BY_KERNELS) has new contents every call under the same version
+        keep = REWRITTEN_BY_KERNELS.get(id(root)) is not root
+        packed = self._lookup(b, root, key, state, call, keep)
+        if keep:
+            self._last = (weakref.ref(root), key, state, packed)
         return packed
 
-    def _lookup(self, b, root: torch.Tensor, key: tuple, state: tuple, call) -> torch.Tensor:
-        entry = self._entries.get((id(root), key))
+    def _lookup(self, b, root: torch.Tensor, key: tuple, state: tuple, call, keep: bool) -> torch.Tensor:
+        entry = self._entries.get((id(root), key)) if keep else None
         if entry is not None and entry[0]() is root and entry[1] == state:
             return entry[2]
         if call is not None:
             call.before_host_read([b])  # an activation as B may still be being written by a kernel
         packed = pack_panels(real(b), key[-1])
-        if len(self._entries) > 16:  # activations as B never hit: keep the table small
-            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
-        self._entries[(id(root), key)] = (weakref.ref(root), state, packed)
+        if keep:
+            if len(self._entries) > 16:  # activations as B never hit: keep the table small
+                self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+            self._entries[(id(root), key)] = (weakref.ref(root), state, packed)
         return packed
 
 
