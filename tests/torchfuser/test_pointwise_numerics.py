@@ -85,6 +85,29 @@ def test_transposed_and_sliced_inputs():
     assert_close(out, fn(a, b))
 
 
+@pytest.mark.parametrize("shape, dims, row", [
+    ((2, 4, 3, 2, 5), (0, 2, 1, 3, 4), 10),   # inner [2, 5] contiguous in both: rows of 10
+    ((3, 5, 1, 4, 3), (1, 0, 2, 3, 4), 12),   # a size-1 dim before the run: rows of 12
+    ((2, 3, 7, 4, 3), (0, 2, 1, 3, 4), 12),   # odd outer sizes
+    ((4, 3, 6, 2), (0, 2, 1, 3), None),       # inner 2 alone: too short for rows, the flat schedule
+])
+def test_copies_with_contiguous_inner_runs_take_rows_of_the_whole_run(shape, dims, row):
+    """A permuted copy whose innermost dims lie contiguous in every operand runs rows over all of them (one
+    index decomposition per run, not per last dim); an operand broadcast along the run and inf/nan too."""
+    def fn(x, y):
+        return x.permute(dims).contiguous() * y + 1
+
+    x = torch.randn(shape)
+    x.view(-1)[::7] = float("nan")
+    x.view(-1)[3::11] = float("inf")
+    y = torch.randn([shape[dims[0]]] + [1] * (len(shape) - 1))  # one value per outermost index
+    out = compiled(fn)(x, y)
+    assert_close(out, fn(x, y))
+    assert out.stride() == fn(x, y).stride()
+    (kernel,) = torchfuser.last_report().kernels
+    assert (f"rows={row} " in kernel.spec) if row else ("rows=" not in kernel.spec), kernel.spec
+
+
 def test_transposed_inputs_keep_eager_strides():
     def fn(a):
         return torch.exp(a) + 1

@@ -150,8 +150,12 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> None:
     if one_d:  # conv1d as conv2d over [N, C, 1, L]
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     with graph.inserting_before(node):
-        y = _per_image_gemm(call, graph, node) if _reads_input_in_place(node) else _patch_gemm(
-            call, graph, x, w, stride, padding, dilation, one_d)
+        if _reads_input_in_place(node):
+            y = _per_image_gemm(call, graph, node)
+        elif _tiles_input_in_place(node):
+            y = _tile_gemm(call, node, one_d)
+        else:
+            y = _patch_gemm(call, graph, x, w, stride, padding, dilation, one_d)
         # the bias after the view: fuse_gemm_epilogue takes the elementwise ops after one reshape of the GEMM,
         # and channels_last_between_convs moves the activation next to it
         if bias is not None:
@@ -174,6 +178,35 @@ def _reads_input_in_place(conv: fx.Node) -> bool:
     x, w = tensor_meta(conv.args[0]), tensor_meta(conv.args[1])
     return (all(k == 1 for k in w.shape[2:]) and all(s == 1 for s in conv.args[3]) and not any(conv.args[4])
             and x.is_contiguous() and not _after_convolution(conv.args[0]))
+
+
+def _tiles_input_in_place(conv: fx.Node) -> bool:
+    """Patches that tile a contiguous NCHW (NCL) input exactly (stride = kernel > 1, no padding or dilation: ViT's
+    patch embedding, Whisper-style strided stems) that no convolution before it makes channels-last: A is one
+    copy of the input in (C, KH, KW) order, whose runs of KW floats lie contiguous in both, and B the weight as
+    it lies (no channels-last copy, no weight transform)."""
+    x, w = tensor_meta(conv.args[0]), tensor_meta(conv.args[1])
+    kernel, stride, padding, dilation = list(w.shape[2:]), list(conv.args[3]), conv.args[4], conv.args[5]
+    return (kernel == stride and not all(k == 1 for k in kernel) and not any(padding) and all(d == 1 for d in dilation)
+            and all(size % k == 0 for size, k in zip(x.shape[2:], kernel)) and x.is_contiguous()
+            and w.is_contiguous() and not _after_convolution(conv.args[0]))
+
+
+def _tile_gemm(call, conv: fx.Node, one_d: bool) -> fx.Node:
+    """y [N, OH, OW, Cout] (conv1d: [N, OW, Cout]) = mm(the tiles of x as rows [N * OH * OW, C * KH * KW],
+    w viewed [Cout, C * KH * KW] and transposed)."""
+    x, w = conv.args[:2]
+    n, c, *spatial = tensor_meta(x).shape
+    cout, _, *kernel = tensor_meta(w).shape
+    (h, width), (kh, kw) = ([1, *spatial], [1, *kernel]) if one_d else (spatial, kernel)
+    oh, ow, depth = h // kh, width // kw, c * kh * kw
+    tiles = call(aten.view.default, (x, [n, c, oh, kh, ow, kw]))
+    rows = call(aten.clone.default, (call(aten.permute.default, (tiles, [0, 2, 4, 1, 3, 5])),),
+                {"memory_format": torch.contiguous_format})
+    a = call(aten.view.default, (rows, [n * oh * ow, depth]))
+    b = call(aten.t.default, (call(aten.view.default, (w, [cout, depth])),))
+    product = call(aten.mm.default, (a, b))
+    return call(aten.view.default, (product, [n, ow, cout] if one_d else [n, oh, ow, cout]))
 
 
 def _after_convolution(value: fx.Node) -> bool:

@@ -25,6 +25,7 @@ from torchfuser.ir.kernels.pointwise import (
 from torchfuser.ir.layout import (
     broadcast_strides, collapse, contiguous_strides, extent, index_type_for, strides_in_order,
 )
+from torchfuser.ir.symbolic import has_symbols
 from torchfuser.runtime.launch import Launch
 
 POINTWISE_GROUP = 64  # work-items per group: 1024 float32 elements on the vector path; PoCL's cost per group
@@ -112,11 +113,10 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
             width = 1  # a vector would straddle two rows
         if any(layout == CHANNEL and _channel(st, sizes)[0] % width for st, layout in zip(per_input, layouts)):
             width = 1  # a vector would straddle two channels
-    if (STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and shape and shape[-1] >= ROWS_MIN_LENGTH
-            and kernel.static_last_dim):
+    if STRIDED in layouts and len(sizes) >= ROWS_MIN_DIMS and kernel.static_last_dim and not program.gather_indices:
         # strided reads (a transpose, a per-channel broadcast, an im2col copy): the flat schedule divides the
         # index into every coordinate for every element; rows do it once per row, then step along the last dim
-        launch = configure_rows(kernel, inputs, device_type) if not program.gather_indices else None
+        launch = configure_rows(kernel, inputs, device_type, min_length=ROWS_MIN_LENGTH)
         if launch is not None:
             return launch
     spec = PointwiseSpec(kernel.program, layouts, len(sizes), index_type, vector_width=width)
@@ -144,14 +144,18 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
                 local_size=(POINTWISE_GROUP,), **extra)
 
 
-def configure_rows(kernel: PointwiseKernel, inputs, device_type: str) -> PointwiseLaunch | None:
-    """The row-schedule launch for a PointwiseKernel on these inputs; None where it does not apply."""
+def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length: int = 1) -> PointwiseLaunch | None:
+    """The row-schedule launch for a PointwiseKernel on these inputs; None where it does not apply or its rows
+    would be shorter than min_length."""
     shape, order, program = kernel.out_shape, kernel.order, kernel.program
     numel = int(np.prod(shape)) if shape else 1
     if device_type != "CPU" or not shape or order[-1] != len(shape) - 1 or numel == 0:
         return None
-    width, outer = shape[-1], order[:-1]
     strides = [broadcast_strides(shape, t) for t in inputs]
+    inner = _row_dims(kernel, strides)
+    width, outer = int(np.prod(shape[-inner:])), order[:-inner]
+    if width < min_length:
+        return None
     dims = collapse([shape[d] for d in outer], [[st[d] for d in outer] for st in strides])
     sizes = [s for s, _ in dims] or [1]
     per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
@@ -172,6 +176,24 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str) -> Pointwi
     outputs = [(shape, strides_in_order(shape, order), TORCH_DTYPES[d]) for d in program.output_dtypes]
     groups = -(-rows * chunks // ROW_GROUP)
     return PointwiseLaunch(spec, (groups * ROW_GROUP,), outputs, scalars, local_size=(ROW_GROUP,))
+
+
+def _row_dims(kernel: PointwiseKernel, strides) -> int:
+    """How many of the output's innermost dims make one row: the last, and those before it that every operand
+    walks contiguously with it (a patch copy's [.., 16, 3] read at strides (3, 1) runs in rows of 48, not 3).
+    Programs that index the last dim, or gather, keep rows of the last dim."""
+    shape, order, program = kernel.out_shape, kernel.order, kernel.program
+    if program.indexes_last_dim or program.gather_indices:
+        return 1
+    n = 1
+    while n < len(shape):
+        d = len(shape) - 1 - n
+        if order[d] != d or has_symbols([shape[d]]):
+            break
+        if shape[d] != 1 and any(st[d] != st[d + 1] * shape[d + 1] for st in strides):
+            break
+        n += 1
+    return n
 
 
 def _input_strides(shape, t, read) -> list[int]:
