@@ -6,7 +6,8 @@ and N = Cout. With x channels-last, row m's patch is KH * KW runs of C floats, e
 the patch's corner, so the GEMM kernel reads A straight from the input (ir/window.Window;
 fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no im2col copy is made (a 1x1
 convolution's input is A as it is, and patches that tile the input, stride = kernel, are one reordering copy
-of it: both plain mms, every GEMM schedule a candidate). Zero padding is read as bounds: per tap, a row's run
+of it, taken from an NCHW input directly in (C, KH, KW) order against the weight as it lies: both plain mms,
+every GEMM schedule a candidate). Zero padding is read as bounds: per tap, a row's run
 of channels in the padding is a run of zeros (inputs of at least PADDING_AS_BOUNDS_CHANNELS channels; an
 image's 3 channels get a padded copy, concatenations with zeros). The weight becomes the [K, Cout] matrix once
 per weight version (ir/weights) and is packed as any GEMM's B. The GEMM's result is the output in
