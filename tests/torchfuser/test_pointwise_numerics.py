@@ -108,6 +108,26 @@ def test_copies_with_contiguous_inner_runs_take_rows_of_the_whole_run(shape, dim
     assert (f"rows={row} " in kernel.spec) if row else ("rows=" not in kernel.spec), kernel.spec
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 13, 7), (1, 5, 4, 4), (3, 2, 1, 17)])
+def test_short_transposed_rows_run_in_blocks_of_rows(shape):
+    """An NCHW tensor copied channels-last has rows of C elements, each read C strides apart: a work-item computes
+    a block of 16 such rows (pixels), whose remainders odd sizes leave; an operand along the row (per channel) and
+    one across rows (per image), inf and nan too."""
+    def fn(x, scale, bias):
+        return x.permute(0, 2, 3, 1).contiguous() * scale + bias
+
+    x = torch.randn(shape)
+    x.view(-1)[::5] = float("nan")
+    x.view(-1)[2::9] = float("-inf")
+    scale = torch.randn(shape[1])
+    bias = torch.randn(shape[0], 1, 1, 1)
+    out = compiled(fn)(x, scale, bias)
+    assert_close(out, fn(x, scale, bias))
+    assert out.stride() == fn(x, scale, bias).stride()
+    (kernel,) = torchfuser.last_report().kernels
+    assert f"rows={shape[1]} " in kernel.spec and "block=16" in kernel.spec, kernel.spec
+
+
 def test_transposed_inputs_keep_eager_strides():
     def fn(a):
         return torch.exp(a) + 1

@@ -34,6 +34,7 @@ ROW_GROUP = 16  # rows per group on the row schedule (each item computes a whole
 # fewer rows than a quarter of ROW_ITEMS_WANTED are cut into runs, a work-item each: enough items to keep every
 # core busy and to split a launch finely, runs still long enough to pay for an item's row setup
 ROW_ITEMS_WANTED, ROW_RUN_MIN = 256, 2048
+ROW_BLOCK = 16  # rows per work-item of a transposing copy with short rows: 16 pixels' channels, say
 # the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
 # more at most, and no new kernel per size where a stride follows a symbolic size
 MAX_ROW_STEP = 4
@@ -146,7 +147,10 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
 
 def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length: int = 1) -> PointwiseLaunch | None:
     """The row-schedule launch for a PointwiseKernel on these inputs; None where it does not apply or its rows
-    would be shorter than min_length."""
+    would be shorter than min_length, unless some input reads them transposed: then each work-item computes a
+    block of ROW_BLOCK such rows (an NCHW image copied channels-last: rows of 3 channels, read 16 pixels at a
+    time). Longer rows run one per work-item, a work-group's 16 consecutive rows on one thread, which already
+    keeps a transposing read's lines in L1 (blocks measured slower there)."""
     shape, order, program = kernel.out_shape, kernel.order, kernel.program
     numel = int(np.prod(shape)) if shape else 1
     if device_type != "CPU" or not shape or order[-1] != len(shape) - 1 or numel == 0:
@@ -154,27 +158,33 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     strides = [broadcast_strides(shape, t) for t in inputs]
     inner = _row_dims(kernel, strides)
     width, outer = int(np.prod(shape[-inner:])), order[:-inner]
-    if width < min_length:
-        return None
     dims = collapse([shape[d] for d in outer], [[st[d] for d in outer] for st in strides])
     sizes = [s for s, _ in dims] or [1]
     per_input = [[st[i] for _, st in dims] or [0] for i in range(len(inputs))]
     layouts = tuple(STRIDED if any(st) else SCALAR for st in per_input)
     # a remapped read steps by the input's own last-dim stride; a plain one as it broadcasts
     last = [t.stride(-1) if program.read_of(i) else st[-1] for i, (t, st) in enumerate(zip(inputs, strides))]
+    steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
+    if width < min_length:  # short rows of a transposing read (far along the row, contiguous across rows): blocks
+        transposes = (not program.indexes_last_dim and not program.gather_indices and sizes[-1] > 1 and any(
+            step is None and st[-1] == 1 for step, st in zip(steps, per_input)))
+        if not transposes:
+            return None
+    block = ROW_BLOCK if width < min_length else 1
     reach = max([numel] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32
-    steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
     rows = numel // width
-    chunks = max(1, min(-(-ROW_ITEMS_WANTED // rows), width // ROW_RUN_MIN)) if rows < ROW_ITEMS_WANTED // 4 else 1
+    chunks = 1 if block > 1 or rows >= ROW_ITEMS_WANTED // 4 else max(
+        1, min(-(-ROW_ITEMS_WANTED // rows), width // ROW_RUN_MIN))
     spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width, row_steps=steps,
-                         row_chunks=chunks)
-    scalars = [index(rows)] + [index(s) for s in sizes]
+                         row_chunks=chunks, row_block=block)
+    items = rows * chunks if block == 1 else rows // sizes[-1] * -(-sizes[-1] // block)
+    scalars = [index(items if block > 1 else rows)] + [index(s) for s in sizes]
     scalars += [index(x) for st, layout in zip(per_input, layouts) if layout == STRIDED for x in st]
     scalars += [index(x) for x, step in zip(last, steps) if step is None]
     outputs = [(shape, strides_in_order(shape, order), TORCH_DTYPES[d]) for d in program.output_dtypes]
-    groups = -(-rows * chunks // ROW_GROUP)
+    groups = -(-items // ROW_GROUP)
     return PointwiseLaunch(spec, (groups * ROW_GROUP,), outputs, scalars, local_size=(ROW_GROUP,))
 
 

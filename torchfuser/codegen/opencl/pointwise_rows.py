@@ -8,7 +8,8 @@ runs its own folded program: a cat's selects, the dead operand and the clamps di
 plain loads and arithmetic at base + position * last-dim stride, which PoCL vectorises (256-bit vectors on
 AVX-512); a costly program (erf, exp, tanh ...: PoCL leaves a loop that calls them scalar) runs on explicit
 vectors of VECTOR_LANES positions first, loading what is not contiguous lane by lane. (On PoCL, rotary over [1, 32, 512, 128]: ~1 ms this way, ~6 ms with per-element selects and
-clamps, ~13 ms on the flat schedule that divides the linear index for every element.)
+clamps, ~13 ms on the flat schedule that divides the linear index for every element.) A transposing copy
+(`row_block`) computes a block of rows per work-item, position by position along them (see _block_lines).
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ def rows_source(spec: PointwiseSpec) -> str:
                for d in range(spec.ndim)]
     steps = spec.row_steps or (None,) * program.n_inputs
     params += [f"const {idx} lst{i}" for i, step in enumerate(steps) if step is None]
+    lines = _block_lines(spec, steps) if spec.row_block > 1 else _row_lines(spec, steps)
+    body, params = "\n  ".join(lines), ",\n    ".join(params)
+    vectors = any(_on_vectors(specialise(program, lo, hi)[0]) for lo, hi in segments(program, width))
+    return f"""{PREAMBLE}{helpers_for([program], VECTOR_LANES if vectors else 1)}
+__kernel void {spec.kernel_name}(
+    {params})
+{{
+  {body}
+}}
+"""
+
+
+def _row_lines(spec: PointwiseSpec, steps: tuple) -> list[str]:
+    """A work-item's row (or, with row_chunks, its run of one), segment by segment."""
+    program, idx, width = spec.program, spec.index_type, spec.row_length
     chunks, span = spec.row_chunks, chunk_span(spec)
     if chunks == 1:
         lines = [f"const {idx} row = ({idx})get_global_id(0);", "if (row >= nrows) return;"]
@@ -43,21 +59,52 @@ def rows_source(spec: PointwiseSpec) -> str:
     for d in range(spec.ndim - 1, 0, -1):
         lines.append(f"const {idx} c{d} = rem % size{d}; rem /= size{d};")
     lines.append(f"const {idx} c0 = rem;")
-    for i, layout in enumerate(spec.layouts):
-        outer = " + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) if layout != SCALAR else ""
-        lines.append(f"const {idx} b{i} = off{i}{' + ' + outer if outer else ''};")
+    lines += _row_bases(spec)
     lines.append(f"const {idx} o = row * {width};")
     for lo, hi in segments(program, width):
         lines += _segment_loop(program, idx, lo, hi, steps, chunked=chunks > 1)
-    body, params = "\n  ".join(lines), ",\n    ".join(params)
-    vectors = any(_on_vectors(specialise(program, lo, hi)[0]) for lo, hi in segments(program, width))
-    return f"""{PREAMBLE}{helpers_for([program], VECTOR_LANES if vectors else 1)}
-__kernel void {spec.kernel_name}(
-    {params})
-{{
-  {body}
-}}
-"""
+    return lines
+
+
+def _row_bases(spec: PointwiseSpec) -> list[str]:
+    """Each input's offset at the row's (or block's first row's) outer coordinates c0 .. c{ndim - 1}."""
+    lines = []
+    for i, layout in enumerate(spec.layouts):
+        outer = " + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) if layout != SCALAR else ""
+        lines.append(f"const {spec.index_type} b{i} = off{i}{' + ' + outer if outer else ''};")
+    return lines
+
+
+def _block_lines(spec: PointwiseSpec, steps: tuple) -> list[str]:
+    """A work-item's block of row_block rows, consecutive along the innermost outer dim, computed position by
+    position along the row and, inside, row by row: an input that walks that dim contiguously reads a run of
+    it per position, and every line of the tile, read or written, stays in L1 while the tile is done."""
+    idx, width, block, last = spec.index_type, spec.row_length, spec.row_block, spec.ndim - 1
+    lines = [f"const {idx} item = ({idx})get_global_id(0);", "if (item >= nrows) return;",
+             f"const {idx} blocks = (size{last} + {block - 1}) / {block};", f"{idx} rem = item / blocks;",
+             f"const {idx} c{last} = (item - rem * blocks) * {block};"]
+    for d in range(last - 1, 0, -1):
+        lines.append(f"const {idx} c{d} = rem % size{d}; rem /= size{d};")
+    if last:
+        lines.append(f"const {idx} c0 = rem;")
+    lines += _row_bases(spec)
+    first_row = "c0"
+    for d in range(1, spec.ndim):
+        first_row = f"({first_row}) * size{d} + c{d}"
+    lines += [f"const {idx} o = ({first_row}) * {width};",
+              f"const {idx} rows = min(({idx}){block}, size{last} - c{last});"]
+    program = spec.program
+    loads = []
+    for i, layout in enumerate(spec.layouts):
+        step = f"lst{i}" if steps[i] is None else steps[i]
+        address = f"b{i}" + (f" + r * st{i}_{last}" if layout != SCALAR else "") + (
+            "" if step == 0 else " + jlast" if step == 1 else f" + jlast * {step}")
+        loads.append(f"const {C_TYPES[program.input_dtypes[i]]} x{i} = in{i}[{address}];")
+    body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=1)
+    stores = [f"out{j}[o + r * {width} + jlast] = {name};" for j, name in enumerate(outputs)]
+    inner = "\n      ".join(loads + body + stores)
+    return lines + [f"for ({idx} jlast = 0; jlast < {width}; ++jlast) {{",
+                    f"  for ({idx} r = 0; r < rows; ++r) {{", f"      {inner}", "  }", "}"]
 
 
 def chunk_span(spec: PointwiseSpec) -> int:

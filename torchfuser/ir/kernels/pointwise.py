@@ -53,6 +53,10 @@ class PointwiseSpec(KernelSpec):
     # row schedule: work-items per row, each computing one run of the row (a few long rows, as a padding or a
     # concatenation over flattened dims makes, would otherwise leave most of the machine idle)
     row_chunks: int = 1
+    # row schedule: > 1, rows per work-item, consecutive along the innermost outer dim, which some input reads
+    # contiguously while its rows step far (a transposing copy: a tile of row_block rows x the row, computed row
+    # position by row position, keeps the lines of both sides in L1)
+    row_block: int = 1
 
     kind = "pointwise"
 
@@ -71,6 +75,9 @@ class PointwiseSpec(KernelSpec):
             raise ValueError("row steps: one per input, on the row schedule only")
         if self.row_chunks < 1 or (self.row_chunks > 1 and not self.row_length):
             raise ValueError("row chunks: at least 1, more on the row schedule only")
+        if self.row_block < 1 or (self.row_block > 1 and (not self.row_length or self.row_chunks > 1
+                                                          or self.program.indexes_last_dim)):
+            raise ValueError("row blocks: at least 1, more on the row schedule of whole rows only")
 
     @property
     def elements_per_item(self) -> int:
@@ -82,7 +89,8 @@ class PointwiseSpec(KernelSpec):
             f"items={self.items_per_thread} vector={self.vector_width}"
             f"{f' rows={self.row_length}' if self.row_length else ''}"
             f"{f' steps={self.row_steps}' if self.row_steps else ''}"
-            f"{f' chunks={self.row_chunks}' if self.row_chunks > 1 else ''}\n{self.program.text()}"
+            f"{f' chunks={self.row_chunks}' if self.row_chunks > 1 else ''}"
+            f"{f' block={self.row_block}' if self.row_block > 1 else ''}\n{self.program.text()}"
         )
 
 
