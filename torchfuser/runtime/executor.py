@@ -39,7 +39,7 @@ from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
 from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
-from torchfuser.runtime.virtual_views import real, virtual_view
+from torchfuser.runtime.virtual_views import VirtualView, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 SIZES_KEPT = 256  # distinct symbol values a plan records
@@ -145,13 +145,24 @@ class ViewCache:
     """The view a step made of a tensor last time: the same tensor object with the same storage gives the same
     view, in any call (a call with new symbolic sizes too: a planned result's shape is static, and a new view
     of a weight each call would defeat the weight transforms' memos). Only views of weights (parameters) and
-    of planned results are kept: a kept view keeps its base alive, which must never be the user's memory."""
+    of planned results are kept, virtual views (runtime/virtual_views.py) as well as real ones: a kept view
+    keeps its base alive, which must never be the user's memory."""
 
     __slots__ = ("base", "address", "view", "planned")
 
     def __init__(self, planned: bool):
         self.base = self.address = self.view = None
         self.planned = planned  # the base is a planned result
+
+    def holds(self, base) -> bool:
+        """The kept view is this base's: the same object at the same address."""
+        return self.base is base and self.address == base.data_ptr()
+
+    def keep(self, base, view) -> None:
+        """Keep the view of a weight (or of a virtual view of one) or of a planned result."""
+        root = base.root if type(base) is VirtualView else base
+        if self.planned or isinstance(root, torch.nn.Parameter):
+            self.base, self.address, self.view = base, base.data_ptr(), view
 
 
 def _fetcher(value, index):
@@ -245,7 +256,7 @@ class Plan:
                                         any(_sized_layout(a) for a in node.all_input_nodes))
                     target.reshaped = next((reshaped[u] for u in node.users if u in reshaped), None)
                 cache = None
-                if (kind == VIEW and node.target is not operator.getitem and node not in to_output
+                if (kind in (VIEW, VIRTUAL) and node.target is not operator.getitem and node not in to_output
                         and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
                         and not any(isinstance(a, fx.Node) for a in node.args[1:])):
                     cache = ViewCache(owner[node] in blocks.of)
@@ -309,7 +320,12 @@ class Plan:
             if kind == KERNEL:
                 env[slot] = target(call, args, sizes)
             elif kind == VIRTUAL:
-                env[slot] = virtual_view(target, *args)
+                if cache is not None and cache.holds(args[0]):
+                    env[slot] = cache.view
+                else:
+                    env[slot] = virtual_view(target, *args)
+                    if cache is not None:
+                        cache.keep(args[0], env[slot])
             elif kind == WEIGHT:  # kept while its weights are unchanged: then no host work, nor any wait for it
                 made = target.kept(args)
                 if made is None:
@@ -320,14 +336,14 @@ class Plan:
             elif kind == RESHAPE:  # the kernel's result in this shape already, unless it ran otherwise (a fallback)
                 shape, view = target
                 env[slot] = args[0] if args[0].shape == shape else view(*args)
-            elif cache is not None and cache.base is args[0] and cache.address == args[0].data_ptr():
+            elif cache is not None and cache.holds(args[0]):
                 env[slot] = cache.view
             else:
                 kwargs = dict(zip(kw_names, get_kwargs(env))) if get_kwargs else {}
                 if kind == VIEW:
                     env[slot] = target(*args, **kwargs)
-                    if cache is not None and (cache.planned or isinstance(args[0], torch.nn.Parameter)):
-                        cache.base, cache.address, cache.view = args[0], args[0].data_ptr(), env[slot]
+                    if cache is not None:
+                        cache.keep(args[0], env[slot])
                 elif kind == FALLBACK:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))

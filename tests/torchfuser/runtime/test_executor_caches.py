@@ -211,6 +211,28 @@ def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
         assert [counts[id(b)] for b in bounds] == [1, 0, 0]
 
 
+def test_virtual_views_of_weights_are_kept_until_the_weight_moves(monkeypatch):
+    """A weight's virtual transpose is computed once and kept (the same object every call, so the GEMM's inputs
+    are the objects its launch last saw); a weight given new storage (`p.data = ...`) gets a new view."""
+    import torchfuser.runtime.executor as executor
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)).eval()
+    f = torchfuser.compile(model)
+    x = torch.randn(4, 64)
+    made = []
+    original = executor.virtual_view
+    monkeypatch.setattr(executor, "virtual_view", lambda *args: made.append(args[0]) or original(*args))
+    with torch.no_grad():
+        f(x)
+        assert len(made) == 2  # one per Linear's weight
+        for _ in range(3):
+            torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-5)
+        assert len(made) == 2
+        model[0].weight.data = torch.randn(128, 64)
+        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-5)
+        assert len(made) == 3
+
+
 def test_a_steady_call_at_the_same_addresses_looks_up_no_buffers(monkeypatch):
     """Inputs and outputs at the addresses of the call before (the output's block came back to the arena)
     find the kernels armed with their buffers; any new address binds again."""
