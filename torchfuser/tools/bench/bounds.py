@@ -18,11 +18,13 @@ COPY_BYTES = 64 << 20  # per copy operand: well over any L3 here (32 MiB on the 
 
 
 def _fma_source(chains: int, width: int) -> str:
+    # c = c * 0.999 + a tends to 1000 a: with a >= 1 no chain ever reaches a denormal (a = 0 did, in the
+    # longest launches, where each FMA on one costs many cycles) or overflows
     decl = ", ".join(f"c{i} = a + {i}" for i in range(chains))
     body = " ".join(f"c{i} = fma(c{i}, b, a);" for i in range(chains))
     total = " + ".join(f"c{i}" for i in range(chains))
     return (f"__kernel void fma_probe_{chains}(__global float* out, const int n) {{\n"
-            f"  float{width} a = (float{width})(get_global_id(0) * 1e-9f), b = (float{width})(0.999f);\n"
+            f"  float{width} a = (float{width})(1.0f + get_global_id(0) * 1e-9f), b = (float{width})(0.999f);\n"
             f"  float{width} {decl};\n"
             f"  for (int i = 0; i < n; ++i) {{ {body} }}\n"
             f"  vstore{width}({total}, get_global_id(0), out);\n}}\n")
