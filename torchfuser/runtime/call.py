@@ -197,7 +197,7 @@ class Call:
             if launch.host_threads:
                 self.runtime.release_workers()
             if bound.prepares:
-                inputs = launch.prepare(list(inputs), self)
+                inputs = launch.prepare(inputs, self)
             if not (same_offsets and bound.addresses is not None and self._armed_for(bound, inputs, outs, alternate)):
                 inputs = self._arm(bound, inputs, outs, same_offsets)
             if bound.lane == THREADED:

@@ -85,7 +85,8 @@ class KernelStep:
                     self.last = bound
                 if bound.prepares and self.reads_virtual:  # host-side preparation reads tensors
                     reads = bound.launch.prepare_reads
-                    args = [real(a) if reads is None or i in reads else a for i, a in enumerate(args)]
+                    if reads != ():
+                        args = [real(a) if reads is None or i in reads else a for i, a in enumerate(args)]
                 # a bound is found by its inputs' layouts, storage offsets included: they are its last enqueue's
                 return call.enqueue(bound, args, bound.planned if call.planned else None, True, steady)
             except KernelBuildError as error:  # a new input layout whose kernel does not build

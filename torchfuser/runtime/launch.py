@@ -55,8 +55,9 @@ class Launch:
     prepare_reads: ClassVar[tuple | None] = None
 
     def prepare(self, inputs: list, call=None) -> list:
-        """The tensors the kernel reads (e.g. a weight in its pre-packed layout); default: the inputs.
-        Host work that reads tensors must first call `call.before_host_read(tensors)`."""
+        """The tensors the kernel reads (e.g. a weight in its pre-packed layout), as a new list (the inputs are
+        not changed); default: the inputs. Host work that reads tensors must first call
+        `call.before_host_read(tensors)`."""
         return inputs
 
     def arguments(self, in_buffers, in_offsets, out_buffers) -> list:

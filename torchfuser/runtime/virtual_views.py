@@ -41,8 +41,9 @@ class VirtualView:
     def untyped_storage(self):
         return self.root.untyped_storage()
 
-    def data_ptr(self) -> int:
-        return self.root.untyped_storage().data_ptr() + self.offset * self.root.element_size()
+    def data_ptr(self) -> int:  # the root's own address and offset: no storage object made
+        root = self.root
+        return root.data_ptr() + (self.offset - root.storage_offset()) * root.element_size()
 
     def dim(self) -> int:
         return len(self.shape)
