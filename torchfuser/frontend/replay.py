@@ -44,14 +44,15 @@ def _binder(function: types.FunctionType):
     flags = code.co_flags
     varargs, varkw = bool(flags & inspect.CO_VARARGS), bool(flags & inspect.CO_VARKEYWORDS)
     free = code.co_freevars
-    cells = function.__closure__ or ()
+    named_cells = tuple(zip(free, function.__closure__ or ()))
 
     def with_cells(found: dict | None) -> dict | None:
         """found, with the free variables' values added (None if a cell is empty)."""
         if found is None or not free:
             return found
         try:
-            found.update({name: cell.cell_contents for name, cell in zip(free, cells)})
+            for name, cell in named_cells:
+                found[name] = cell.cell_contents
         except ValueError:  # an empty cell
             return None
         return found
@@ -72,7 +73,7 @@ def _binder(function: types.FunctionType):
         star, star_star = code.co_varnames[count:count + 2]
 
         def bind_star(args, kwargs):
-            if len(args) < count or any(k in positional for k in kwargs):
+            if len(args) < count or (kwargs and not kwargs.keys().isdisjoint(positional)):
                 return bind_general(args, kwargs)  # defaults to fill in, or a positional given by keyword
             found = dict(zip(positional, args))
             found[star], found[star_star] = args[count:], kwargs

@@ -217,6 +217,7 @@ class Plan:
         self.fallback_nodes = fallback_nodes  # fused node name -> why it runs in PyTorch
         nodes = list(gm.graph.nodes)
         self.bindings = _bindings(nodes)
+        self.sized = bool(self.bindings)  # some input's sizes are symbols, bound per call
         index = {n: i for i, n in enumerate(nodes)}
         owner = buffer_owners(nodes)
         last_use = last_uses(nodes, owner)
@@ -289,7 +290,7 @@ class Plan:
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
         sizes = ()
-        if self.bindings:
+        if self.sized:
             sizes = self.bindings.values(args)
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
