@@ -23,6 +23,7 @@ import warnings
 
 import torch
 import torch.fx as fx
+from torch.fx.immutable_collections import immutable_list
 
 from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.ir.aten import VIEW_OPS
@@ -172,10 +173,22 @@ def _fetcher(value, index):
     if isinstance(value, tuple) and not nested:
         if all(isinstance(v, fx.Node) for v in value):  # the common case: every argument is a node
             slots = [index[v] for v in value]
-            return lambda env: [env[s] for s in slots]
+            if len(slots) > 1:
+                return operator.itemgetter(*slots)  # a tuple of them, made in C
+            return (lambda env: (env[slots[0]],)) if slots else (lambda env: ())
         slots = [(index[v], None) if isinstance(v, fx.Node) else (None, v) for v in value]
         return lambda env: [env[s] if s is not None else v for s, v in slots]
     return lambda env: fx.node.map_arg(value, lambda n: env[index[n]])
+
+
+def _output_fetcher(value, index):
+    """env -> the graph's output structure: a flat tuple or list of nodes and constants as one of the same
+    type (what fx.node.map_arg makes of it), anything else (a named tuple, nesting) through the general path."""
+    if type(value) in (tuple, immutable_list) and not any(isinstance(v, (tuple, list, dict)) for v in value):
+        fetch, kind = _fetcher(tuple(value), index), type(value)
+        return lambda env: kind(fetch(env))
+    fetch = _fetcher((value,), index)
+    return lambda env: fetch(env)[0]
 
 
 def _flatten(value):
@@ -236,7 +249,7 @@ class Plan:
         self.steps = []
         for i, node in enumerate(nodes):
             if node.op == "output":
-                self.output = _fetcher((node.args[0],), index)
+                self.output = _output_fetcher(node.args[0], index)
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else VIRTUAL if node in virtual else RESHAPE if node in reshaped
@@ -354,7 +367,7 @@ class Plan:
                     env[slot] = _fetch_attr(self.gm, target)
             for dead in free:
                 env[dead] = None
-        return self.output(env)[0]
+        return self.output(env)
 
     @property
     def stats(self) -> dict[str, KernelStats]:
