@@ -10,8 +10,8 @@ from __future__ import annotations
 from torchfuser.passes import (
     batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
     depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
-    fuse_pointwise, fuse_reductions, merge_sibling_gemms, pointwise_conv_as_gemm, pool_as_windows,
-    reduce_over_last_dim, tensor_scalar_operands,
+    fuse_pointwise, fuse_reductions, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
+    pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -41,6 +41,9 @@ register_pass("depthwise_conv_as_windows", depthwise_conv_as_windows.depthwise_c
 register_pass("cat_as_last_dim", cat_as_last_dim.cat_as_last_dim)
 # reductions over any dims as reductions over the last dim of a view, the form fuse_reductions takes
 register_pass("reduce_over_last_dim", reduce_over_last_dim.reduce_over_last_dim, handles=reduce_over_last_dim.handles)
+# and layer norms over several trailing dims as layer norms over the last dim of a view
+register_pass("layer_norm_over_last_dim", layer_norm_over_last_dim.layer_norm_over_last_dim,
+              handles=layer_norm_over_last_dim.handles)
 # other inference batch norm as its per-channel affine, elementwise ops the fusions below take in
 register_pass("batch_norm_as_affine", batch_norm_as_affine.batch_norm_as_affine, handles=batch_norm_as_affine.handles)
 # (opt-in, slower than eager here for now: group_norm_as_layer_norm; torchfuser.passes.<name>.register())
