@@ -107,6 +107,29 @@ def count_ops(gm: fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
 
 
+def rewrites_done(gm: fx.GraphModule, before: int, stat: str, count: int) -> PassResult:
+    """The result of a pass that rewrote `count` nodes: if any, the graph without what nothing reads any more,
+    checked and recompiled; stats: the count under `stat`, and the ops before and after."""
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return PassResult(gm, count > 0, {stat: count, "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def replace_getitems(graph: fx.Graph, node: fx.Node, results: list[fx.Node]) -> None:
+    """Replace a multi-result op whose users are all getitems: `getitem(node, i)` by results[i], each result
+    taking the op's meta and then its getitem's (but not their values); the op and its getitems are erased."""
+    for result in results:
+        result.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    for user in list(node.users):
+        result = results[user.args[1]]
+        result.meta.update({k: v for k, v in user.meta.items() if k != "val"})
+        user.replace_all_uses_with(result)
+        graph.erase_node(user)
+    graph.erase_node(node)
+
+
 def next_group_id(gm: fx.GraphModule) -> int:
     groups = [n.target.group for n in gm.graph.nodes if isinstance(n.target, FusedKernel)]
     return max(groups, default=-1) + 1

@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused, rewrites_done
 
 aten = torch.ops.aten
 NAME = "batch_norm_as_affine"
@@ -49,12 +49,7 @@ def batch_norm_as_affine(gm: fx.GraphModule) -> PassResult:
             record_unfused(node, NAME, SPATIAL_REASON)
         elif result is not None and _rewrite(gm.graph, node, result):
             rewritten += 1
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"batch_norms": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "batch_norms", rewritten)
 
 
 def _only_result(node: fx.Node) -> fx.Node | None:

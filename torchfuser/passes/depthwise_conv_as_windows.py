@@ -41,7 +41,7 @@ from torchfuser.ir.layout import channels_innermost
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import (
     PassResult, call_with_value, constant_pad, conv_weight_matrix, convolution_problem, count_ops, insert_fused_node,
-    next_group_id, record_unfused,
+    next_group_id, record_unfused, rewrites_done,
 )
 from torchfuser.passes.channels_last_between_convs import elementwise_in_nhwc
 
@@ -73,12 +73,7 @@ def depthwise_conv_as_windows(gm: fx.GraphModule) -> PassResult:
         else:
             _rewrite(gm.graph, node)
         rewritten += 1
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"convolutions": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "convolutions", rewritten)
 
 
 def _problem(node: fx.Node) -> str | None:

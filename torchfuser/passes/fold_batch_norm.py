@@ -32,7 +32,7 @@ import torch.fx as fx
 
 from torchfuser.ir.weights import FoldedBatchNorm
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, count_ops
+from torchfuser.passes.base import PassResult, count_ops, rewrites_done
 
 aten = torch.ops.aten
 NAME = "fold_batch_norm"
@@ -51,11 +51,7 @@ def fold_batch_norm(gm: fx.GraphModule) -> PassResult:
         if result is not None:
             _fold(gm.graph, node, result)
             folded += 1
-    if folded:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, folded > 0, {"folded": folded, "nodes_before": before, "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "folded", folded)
 
 
 def _foldable(node: fx.Node) -> fx.Node | None:

@@ -33,7 +33,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, replace_getitems, rewrites_done
 from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
@@ -57,12 +57,7 @@ def group_norm_as_layer_norm(gm: fx.GraphModule) -> PassResult:
         if _applies(node):
             _rewrite(gm.graph, node)
             rewritten += 1
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"group_norms": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "group_norms", rewritten)
 
 
 def _applies(node: fx.Node) -> bool:
@@ -87,8 +82,4 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         if bias is not None:
             out = call(aten.add.Tensor, (out, call(aten.view.default, (bias, per_channel))))
         results = [out] + [call(aten.view.default, (p, [n, groups])) for p in parts[1:]]
-    for user in list(node.users):
-        results[user.args[1]].meta.update({k: v for k, v in user.meta.items() if k != "val"})
-        user.replace_all_uses_with(results[user.args[1]])
-        graph.erase_node(user)
-    graph.erase_node(node)
+    replace_getitems(graph, node, results)

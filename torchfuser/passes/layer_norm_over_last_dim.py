@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, replace_getitems, rewrites_done
 
 aten = torch.ops.aten
 NAME = "layer_norm_over_last_dim"
@@ -48,12 +48,7 @@ def layer_norm_over_last_dim(gm: fx.GraphModule) -> PassResult:
         if _applies(node):
             _rewrite(gm.graph, node)
             rewritten += 1
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"layer_norms": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "layer_norms", rewritten)
 
 
 def _applies(node: fx.Node) -> bool:
@@ -80,8 +75,4 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         parts = [call(operator.getitem, (normed, i)) for i in range(3)]
         results = [call(aten.view.default, (parts[0], full))]
         results += [call(aten.view.default, (p, [*outer] + [1] * len(shape))) for p in parts[1:]]
-    for user in list(node.users):
-        results[user.args[1]].meta.update({k: v for k, v in user.meta.items() if k != "val"})
-        user.replace_all_uses_with(results[user.args[1]])
-        graph.erase_node(user)
-    graph.erase_node(node)
+    replace_getitems(graph, node, results)

@@ -43,7 +43,7 @@ from torchfuser.ir.kernels.window import Window, bias_epilogue
 from torchfuser.ir.layout import channels_innermost
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import node_arg, tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused
+from torchfuser.passes.base import PassResult, call_with_value, constant_pad, count_ops, record_unfused, rewrites_done
 from torchfuser.passes.depthwise_conv_as_windows import window_kernel_over_nhwc
 
 aten = torch.ops.aten
@@ -75,12 +75,7 @@ def pool_as_windows(gm: fx.GraphModule) -> PassResult:
         else:
             _rewrite(gm.graph, node, result)
         rewritten += 1
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"poolings": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "poolings", rewritten)
 
 
 def _window(node: fx.Node):

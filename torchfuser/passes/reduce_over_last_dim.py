@@ -39,7 +39,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import node_arg, tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops
+from torchfuser.passes.base import PassResult, call_with_value, count_ops, replace_getitems, rewrites_done
 
 aten = torch.ops.aten
 NAME = "reduce_over_last_dim"
@@ -88,12 +88,7 @@ def reduce_over_last_dim(gm: fx.GraphModule) -> PassResult:
         else:
             parts = [node]
         rewritten += sum(1 for part in parts if part.target in REDUCTIONS and _rewrite(gm.graph, part))
-    if rewritten:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, rewritten > 0, {"reductions": rewritten, "nodes_before": before,
-                                          "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "reductions", rewritten)
 
 
 def _dims_argument(node: fx.Node):
@@ -188,7 +183,8 @@ def _split_var_mean(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
     with graph.inserting_before(node):
         var = call_with_value(graph, aten.var.correction, (x, dims), dict(node.kwargs))
         mean = call_with_value(graph, aten.mean.dim, (x, dims if dims is not None else [], keepdim))
-    return _read_through_getitems(graph, node, [var, mean])
+    replace_getitems(graph, node, [var, mean])
+    return [var, mean]
 
 
 def _split_values_and_indices(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
@@ -201,18 +197,8 @@ def _split_values_and_indices(graph: fx.Graph, node: fx.Node) -> list[fx.Node]:
     with graph.inserting_before(node):
         values = call_with_value(graph, values_op, (x, [dim], keepdim))
         indices = call_with_value(graph, indices_op, (x, dim, keepdim))
-    return _read_through_getitems(graph, node, [values, indices])
-
-
-def _read_through_getitems(graph: fx.Graph, node: fx.Node, parts: list[fx.Node]) -> list[fx.Node]:
-    """Replace a two-result op whose users are all getitems by `parts`, one node per result."""
-    for part in parts:
-        part.meta.update({k: v for k, v in node.meta.items() if k != "val"})
-    for user in list(node.users):
-        user.replace_all_uses_with(parts[user.args[1]])
-        graph.erase_node(user)
-    graph.erase_node(node)
-    return parts
+    replace_getitems(graph, node, [values, indices])
+    return [values, indices]
 
 
 def _other_arguments(node: fx.Node) -> dict:
