@@ -10,7 +10,7 @@ from __future__ import annotations
 from torchfuser.passes import (
     batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
     depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
-    fuse_pointwise, fuse_reductions, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
+    fuse_pointwise, fuse_reductions, fuse_window_into_gemm, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
     pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
@@ -54,6 +54,8 @@ register_pass("fuse_attention", fuse_attention.fuse_attention, handles=fuse_atte
               keeps=fuse_attention.KEEP)
 # GEMM next: it claims the bias add and activation that fuse_pointwise would otherwise take
 register_pass("fuse_gemm_epilogue", fuse_gemm_epilogue.fuse_gemm_epilogue, handles=fuse_gemm_epilogue.handles)
+# with both epilogues in place: a depthwise convolution (or pooling) only a GEMM reads is made inside that GEMM
+register_pass("fuse_window_into_gemm", fuse_window_into_gemm.fuse_window_into_gemm)
 # row reductions before fuse_pointwise: they take the elementwise ops around them (mask add, scale, weight,
 # bias, rmsnorm's chain) as prologue and epilogue instead of separate kernels; after the GEMMs so a Linear
 # keeps its bias and activation

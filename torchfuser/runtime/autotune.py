@@ -57,7 +57,11 @@ def tuning_key(kernel: GemmKernel, inputs) -> str:
     layout = "|".join(f"{tuple(t.shape)}:{t.stride()}" for t in inputs)
     epilogue = hashlib.sha256(kernel.epilogue.text().encode()).hexdigest()[:16]
     # a convolution's window too: two convolutions of one input and weight shape may stride differently
-    return f"{layout}|{epilogue}" + (f"|{kernel.window.text()}" if kernel.window is not None else "")
+    producer = kernel.producer
+    producer_text = (f"{producer.window.text()} {producer.reduction} {producer.epilogue.text()}"
+                     if producer is not None else "")
+    return (f"{layout}|{epilogue}" + (f"|{kernel.window.text()}" if kernel.window is not None else "")
+            + (f"|producer {hashlib.sha256(producer_text.encode()).hexdigest()[:16]}" if producer is not None else ""))
 
 
 def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, sizes_vary: bool = False) -> dict | None:
@@ -114,7 +118,8 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     m, k, n = kernel.mnk(inputs)
     expected = kernel.reference(*inputs)
     # small plain mms: also the rows schedule; a convolution's patches: the packed schedule alone
-    candidates = candidate_variants(runtime.device, mm_rows(inputs), kernel.window is not None)
+    candidates = candidate_variants(runtime.device, mm_rows(inputs), kernel.window is not None,
+                                    kernel.producer is not None)
     state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()

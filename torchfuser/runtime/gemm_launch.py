@@ -14,8 +14,8 @@ A tiled configuration that exceeds the device's work-group or local-memory limit
 from __future__ import annotations
 
 import functools
-
 import logging
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -32,6 +32,7 @@ from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
 from torchfuser.runtime.memory import REWRITTEN_BY_KERNELS
 from torchfuser.runtime.pointwise_launch import PointwiseLaunch, configure_pointwise
 from torchfuser.runtime.virtual_views import VirtualView, real
+from torchfuser.runtime.window_launch import window_arguments, window_operands
 
 logger = logging.getLogger("torchfuser")
 
@@ -127,17 +128,19 @@ def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVaria
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device, m: int | None = None, window: bool = False) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False
+                       ) -> list[GemmVariant]:
     """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
-    schedule; window: a convolution's implicit patches (the packed schedule only)."""
+    schedule; window: a convolution's implicit patches (the packed schedule only); produced: A made by a window
+    kernel (the packed schedule only)."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
     found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS[width]]
     if m is not None and m <= ROWS_MAX_M and not window:
         found.append(rows_variant(n=32, width=width))  # on the panels of the first packed variant
-    # the host's own: BLAS for an mm, PyTorch's convolution for a convolution's patches
-    return found + ([GemmVariant("extern")] if device.zero_copy else [])
+    # the host's own: BLAS for an mm, PyTorch's convolution for a convolution's patches (a producer has none)
+    return found + ([GemmVariant("extern")] if device.zero_copy and not produced else [])
 
 
 def mm_rows(inputs) -> int | None:
@@ -251,8 +254,8 @@ class GemmLaunch(Launch):
 
     def arguments(self, in_buffers, in_offsets, out_buffers):
         index = np.int64 if self.spec.index_type == "long" else np.int32
-        a_strides, b_strides, extra_strides, mnk = self.scalars
-        args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)]
+        a_strides, b_strides, extra_strides, mnk, produced = self.scalars
+        args = [in_buffers[0], index(in_offsets[0]), *map(index, a_strides)] if produced is None else []
         if self.spec.schedule in PANEL_SCHEDULES:
             args += [in_buffers[1], index(b_strides)]  # the packed copy's batch stride
         else:
@@ -261,7 +264,14 @@ class GemmLaunch(Launch):
             args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
         args += list(out_buffers) + [index(x) for x in mnk]
         window = self.spec.window
-        return args + [zeros_buffer(window.channels)] if window is not None and window.padded else args
+        if window is not None and window.padded:
+            args.append(zeros_buffer(window.channels))
+        if produced is not None:  # the producer's x, taps and extras, as its own window kernel takes them
+            x_strides, produced_extra_strides = produced
+            first = 2 + len(extra_strides)
+            args += [in_buffers[0], index(in_offsets[0]), *map(index, x_strides)]
+            args += window_arguments(in_buffers[first:], in_offsets[first:], produced_extra_strides, index)
+        return args
 
 
 @functools.lru_cache(maxsize=None)
@@ -322,12 +332,15 @@ def panel_vector_width() -> int:
 
 
 def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
-    a, b, *extras = inputs
+    (a, b, *extras), produced = kernel.split_inputs(inputs)
     m, k, n = kernel.mnk(inputs)
     batch = _batch(a)
     out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
     if kernel.window is not None and variant.schedule not in ("packed", "extern"):
         raise NoLaunch(f"{variant.name}: a convolution's implicit patches are read by the packed schedule (CPU "
+                       "devices) only")
+    if kernel.producer is not None and variant.schedule != "packed":
+        raise NoLaunch(f"{variant.name}: a window kernel's result as A is made by the packed schedule (CPU "
                        "devices) only")
     if variant.schedule == "extern":
         if kernel.window is not None:
@@ -340,11 +353,16 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     reach = max([batch * m * n, batch * k * (n + 64)] + [extent(t) for t in inputs])
     packed, tiled, rows = variant.schedule == "packed", variant.schedule == "tiled", variant.schedule == "rows"
     layouts = tuple(_extra_layout(s) for s in extra_strides) if packed or rows else ()
-    spec = GemmSpec(DTYPE_NAMES[a.dtype], kernel.epilogue, index_type_for(reach), variant.tile_m, variant.tile_n,
+    index_type = index_type_for(reach)
+    producer = produced_scalars = None
+    if kernel.producer is not None:
+        producer, produced_scalars = window_operands(kernel.producer, [a, *produced], index_type,
+                                                     math.gcd(panel_vector_width(), variant.k_block or k))
+    spec = GemmSpec(DTYPE_NAMES[a.dtype], kernel.epilogue, index_type, variant.tile_m, variant.tile_n,
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
                     variant.block_n if tiled else 0,
-                    panel_vector_width() if packed or rows else 16, kernel.window)
+                    panel_vector_width() if packed or rows else 16, kernel.window, producer)
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
@@ -355,13 +373,14 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
         grid, local = (-(-n // spec.block_n) * gx, -(-m // spec.block_m) * gy, batch), (gx, gy, 1)
     else:  # groups of a few row tiles share a B panel
         grid, local = (panels, row_tiles, batch), (1, 4 if row_tiles % 4 == 0 else 1, 1)
-    a_strides = _mnb(a.stride(), a.dim())
+    a_strides = _mnb(a.stride(), a.dim()) if producer is None else ()
     shared_b = b.dim() == 3 and b.stride(0) == 0  # one packed copy serves every batch
     b_strides = panels * k * spec.tile_n * (a.dim() == 3 and not shared_b) if packed or rows else _mnb(b.stride(),
                                                                                                       b.dim())
     out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
-    launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k)],
-                        empty=batch * m * n == 0, local_size=local, flops=2.0 * batch * m * n * k)
+    flops = 2.0 * batch * m * n * k + (kernel.producer_flops(-(-n // spec.tile_n)) if producer is not None else 0)
+    launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k), produced_scalars],
+                        empty=batch * m * n == 0, local_size=local, flops=flops)
     launch.packer = gemm_state(kernel).packer
     return launch
 

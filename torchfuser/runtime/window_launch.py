@@ -28,16 +28,24 @@ class WindowLaunch(Launch):
     def arguments(self, in_buffers, in_offsets, out_buffers):
         index = np.int64 if self.spec.index_type == "long" else np.int32
         x_strides, extra_strides = self.scalars
-        operands = len(in_buffers) - len(extra_strides)  # x, and a sum's taps
-        args = [in_buffers[0], index(in_offsets[0]), *map(index, x_strides)]
-        if operands == 2:
-            args += [in_buffers[1], index(in_offsets[1])]
-        for e, strides in enumerate(extra_strides, start=operands):
-            args += [in_buffers[e], index(in_offsets[e]), *map(index, strides)]
-        return args + list(out_buffers)
+        return [in_buffers[0], index(in_offsets[0]), *map(index, x_strides),
+                *window_arguments(in_buffers[1:], in_offsets[1:], extra_strides, index), *out_buffers]
 
 
-def configure_window(kernel: WindowKernel, inputs, device_type: str) -> WindowLaunch:
+def window_arguments(buffers, offsets, extra_strides, index) -> list:
+    """The arguments after x: a sum's taps (when there is one more buffer than extras), then each extra with its
+    (m, c) strides."""
+    taps = len(buffers) - len(extra_strides)
+    args = [buffers[0], index(offsets[0])] if taps else []
+    for e, strides in enumerate(extra_strides, start=taps):
+        args += [buffers[e], index(offsets[e]), *map(index, strides)]
+    return args
+
+
+def window_operands(kernel: WindowKernel, inputs, index_type: str, max_width: int, pixels: int = 1
+                    ) -> tuple[WindowSpec, tuple]:
+    """The spec for these operands (vectors of channels up to max_width where x's channels are contiguous) and
+    the scalars its arguments need: (x's strides, the extras' (m, c) strides)."""
     x, extras = inputs[0], inputs[kernel.operands:]
     win = kernel.window
     rows, channels = win.rows, win.channels
@@ -49,14 +57,21 @@ def configure_window(kernel: WindowKernel, inputs, device_type: str) -> WindowLa
     layouts = tuple("row" if s[1] == 1 else "bcast" if s[1] == 0 else "strided" for s in extra_strides)
     width = 1
     if x.stride(3) == 1 and "strided" not in layouts and vectorisable(kernel.epilogue):
-        width = vector_widths()["float32"]
+        width = max_width
         while channels % width:
             width //= 2
+    spec = WindowSpec("float32", win, kernel.reduction, kernel.epilogue, layouts, width, pixels, index_type)
+    return spec, (list(x.stride()), extra_strides)
+
+
+def configure_window(kernel: WindowKernel, inputs, device_type: str) -> WindowLaunch:
+    win = kernel.window
+    rows, channels = win.rows, win.channels
     reach = max([rows * channels] + [extent(t) for t in inputs])
     pixels = max(1, min(win.out_w, ROW_PIXELS_MAX))
-    spec = WindowSpec("float32", win, kernel.reduction, kernel.epilogue, layouts, width, pixels, index_type_for(reach))
-    items = win.batch * win.out_h * -(-win.out_w // pixels) * (channels // width)
-    launch = WindowLaunch(spec, (max(items, 1),), [((rows, channels), (channels, 1), x.dtype)],
-                          [list(x.stride()), extra_strides], empty=rows * channels == 0, local_size=(1,))
-    launch.flops = (2.0 if taps is not None else 1.0) * rows * channels * win.taps
+    spec, scalars = window_operands(kernel, inputs, index_type_for(reach), vector_widths()["float32"], pixels)
+    items = win.batch * win.out_h * -(-win.out_w // pixels) * (channels // spec.vector_width)
+    launch = WindowLaunch(spec, (max(items, 1),), [((rows, channels), (channels, 1), inputs[0].dtype)], scalars,
+                          empty=rows * channels == 0, local_size=(1,))
+    launch.flops = kernel.flops()
     return launch

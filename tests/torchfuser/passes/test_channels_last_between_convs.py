@@ -119,5 +119,7 @@ def test_depthwise_convolution_between_gemm_convolutions_reads_and_writes_nhwc(s
     depthwise = {p.name: p.stats for p in report.passes}["depthwise_conv_as_windows"]
     assert depthwise["convolutions"] == 1
     # between the copies of the block's input and output: the three convolutions, each activation in one of them
-    assert [k.kind for k in report.kernels if k.kind != "pointwise"] == ["gemm", "window", "gemm"]
+    # (the depthwise one made inside the projection's GEMM: fuse_window_into_gemm)
+    assert [k.kind for k in report.kernels if k.kind != "pointwise"] == ["gemm", "gemm"]
+    assert {p.name: p.stats for p in report.passes}["fuse_window_into_gemm"]["windows_in_gemms"] == 1
     assert stats["copies_dropped"] == 3  # the expansion's and projection's copies back, the projection's copy in

@@ -17,8 +17,10 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 
 from __future__ import annotations
 
-from torchfuser.codegen.opencl.op_c import C_TYPES
+from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
 from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vectorisable
+from torchfuser.codegen.opencl.window import (extra_loads, reduction_start, tap_update, tap_weights, vector_load,
+                                              window_params)
 from torchfuser.ir.kernels import GemmSpec
 
 
@@ -59,11 +61,16 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     vectors, and the kernel's parameters."""
     idx = spec.index_type
     vector_epilogue = vectorisable(spec.epilogue) and "strided" not in spec.extra_layouts
-    params = [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, const {idx} sab",
-              f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
+    producer = spec.producer
+    a_params = ([] if producer is not None else  # A's own parameters; a producer's come last
+                [f"__global const float* restrict A, const {idx} offA, const {idx} sam, const {idx} sak, "
+                 f"const {idx} sab"])
+    params = [*a_params, f"__global const float* restrict Bp, const {idx} sbb", *_extra_params(spec),
               "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
     if spec.window is not None and spec.window.padded:  # C zeros: a row's run of channels in the padding
         params.append("__global const float* restrict Z")
+    if producer is not None:
+        params += window_params(producer, "P")
     return spec.tile_n // spec.vector_width, vector_epilogue, params
 
 
@@ -75,8 +82,10 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     idx, tm, tn, w = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width
     vectors, vector_epilogue, params = _panel_kernel_basics(spec)
     acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
-    window = spec.window
-    if window is None:
+    window, producer = spec.window, spec.producer
+    if producer is not None:
+        rows = "\n      ".join(_producer_row(spec, i) for i in range(tm))
+    elif window is None:
         rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;"
                                 for i in range(tm))
     else:
@@ -86,13 +95,17 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
         for i in range(tm) for v in range(vectors))
     load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
-    element = "k * sak" if window is None else "c" if window.padded else "tap + c"
-    row = "p" if window is not None and window.padded else "a"
+    element = "c" if producer is not None else "k * sak" if window is None else "c" if window.padded else "tap + c"
+    row = "at" if producer is not None else "p" if window is not None and window.padded else "a"
     fmas = "\n        ".join(
         f"{{ const float{w} a = (float{w})({row}{i}[{element}]); "
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
         for i in range(tm))
-    if window is None:
+    if producer is not None:  # K = channels: a chunk of the producer's result per row, then its channels
+        k_loop = (f"for ({idx} k = k0; k < kend; k += {producer.vector_width}) {{\n        "
+                  + "\n        ".join(_produce_chunk(spec)) +
+                  f"\n        for (int c = 0; c < {producer.vector_width}; ++c, bk += {tn}) {{")
+    elif window is None:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
     elif window.padded:  # K = (kh, kw, c): per tap, each row's run of C channels, or zeros in the padding
         taps = "\n        ".join(_padded_tap(spec, i) for i in range(tm))
@@ -124,7 +137,9 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
     whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
     k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
-    return f"""{PREAMBLE}{helpers_for([spec.epilogue], w if vector_epilogue else 1)}
+    helpers = (helpers_for([spec.epilogue], w if vector_epilogue else 1) if producer is None else
+               helpers_for([spec.epilogue, producer.epilogue], w if vector_epilogue else 1, producer.vector_width))
+    return f"""{PREAMBLE}{helpers}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
 {{
@@ -132,7 +147,7 @@ __kernel void {spec.kernel_name}(
   const {idx} n0 = nb * {tn};
   const {idx} stack0 = ({idx})get_global_id(1) * {tm * spec.row_blocks};
   if (stack0 >= M) return;
-  {_batch_prologue(spec, "Bp")}
+  {_batch_prologue(spec, "Bp") if producer is None else "// a plain mm: one batch"}
   __global const float* panel = Bp + nb * K * {tn};
   const {idx} kc = {k_step};
   for ({idx} k0 = 0; k0 == 0 || k0 < K; k0 += kc) {{
@@ -146,7 +161,7 @@ __kernel void {spec.kernel_name}(
       {k_loop}
         {load_b}
         {fmas}
-      }}{"}" if window is not None else ""}
+      }}{"}" if window is not None or producer is not None else ""}
       if (kend < K) {{
       {partial}
       }} else {{
@@ -171,6 +186,49 @@ def _patch_row(spec: GemmSpec, i: int) -> str:
         return corner
     return (f"{corner} __global const float* a{i} = A + offA + ((img{i} * {win.height} + ih{i}) * {win.width} + "
             f"iw{i}) * {win.channels};")
+
+
+def _producer_row(spec: GemmSpec, i: int) -> str:
+    """Row m0 + i of A as the producer's output pixel: its image, the corner of its window in x (the pointer may
+    lie before x where the window starts in the padding: only taps inside are read), whether each kernel row and
+    column of the window lies inside x, and the private chunk of A the K loop fills."""
+    idx, producer = spec.index_type, spec.producer
+    win = producer.window
+    per_image = win.out_h * win.out_w
+    lines = [f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
+             f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * "
+             f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, iw{i} = ow{i} * {win.stride_w} - "
+             f"{win.pad_w};",
+             f"__global const float* x{i} = X + offX + img{i} * sxn + ih{i} * sxh + iw{i} * sxw;",
+             f"float at{i}[{producer.vector_width}];"]
+    if win.padded:
+        lines += [f"const int in{i}_r{kh} = ih{i} + {kh * win.dilation_h} >= 0 && ih{i} + {kh * win.dilation_h} < "
+                  f"{win.height};" for kh in range(win.kernel_h)]
+        lines += [f"const int in{i}_c{kw} = iw{i} + {kw * win.dilation_w} >= 0 && iw{i} + {kw * win.dilation_w} < "
+                  f"{win.width};" for kw in range(win.kernel_w)]
+    return " ".join(lines)
+
+
+def _produce_chunk(spec: GemmSpec) -> list[str]:
+    """Statements filling each row's chunk of A (`at{i}`: channels k.. of its output pixel) from the producer:
+    the taps' weights once, then per row the window's reduction, the producer's epilogue and a private store."""
+    producer, tm = spec.producer, spec.tile_m
+    win, cw = producer.window, producer.vector_width
+    vec = vector_type(producer.dtype, cw)
+    lines = tap_weights(producer, "k", "t")
+    for i in range(tm):
+        lines.append(f"{vec} s{i} = {reduction_start(producer)};")
+        for kh in range(win.kernel_h):
+            for kw in range(win.kernel_w):
+                x = vector_load(cw, f"x{i} + {kh * win.dilation_h} * sxh + {kw * win.dilation_w} * sxw + k * sxc")
+                update = tap_update(producer, x, f"t{kh * win.kernel_w + kw}", f"s{i}")
+                lines.append(f"if (in{i}_r{kh} && in{i}_c{kw}) {update}" if win.padded else update)
+        lines += extra_loads(producer, "P", f"pm{i}", "k", f"q{i}_")
+        body, (result,) = program_statements(
+            producer.epilogue, [f"s{i}"] + [f"q{i}_{e}" for e in range(1, producer.epilogue.n_inputs)],
+            prefix=f"u{i}_", width=cw)
+        lines += body + [f"vstore{cw}({result}, 0, at{i});" if cw > 1 else f"at{i}[0] = {result};"]
+    return lines
 
 
 def _padded_tap(spec: GemmSpec, i: int) -> str:

@@ -57,11 +57,12 @@ def vectorisable(program: Program) -> bool:
     )
 
 
-def helpers_for(programs, width: int = 1) -> str:
-    """The helper functions (erf, NaN-propagating max, ...) that these programs' C types need."""
+def helpers_for(programs, width: int = 1, *more_widths: int) -> str:
+    """The helper functions (erf, NaN-propagating max, ...) that these programs' C types need, for scalars and
+    vectors of each width."""
     scalars = set()
     for program in programs:
         dtypes = set(program.input_dtypes) | {ins.dtype for ins in program.instrs}
         scalars |= {"float" for d in dtypes if d == "float32"} | {"double" for d in dtypes if d == "float64"}
-    widths = (1, width) if width > 1 else (1,)
+    widths = sorted({1, width, *more_widths})
     return "".join(helpers_c(s, w) for s in ("float", "double") if s in scalars for w in widths)

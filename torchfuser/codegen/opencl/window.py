@@ -10,60 +10,37 @@ load a contiguous vector of w channels.
 
 from __future__ import annotations
 
-from torchfuser.codegen.opencl.op_c import C_TYPES
+from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
 from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
 from torchfuser.ir.kernels.window import WindowSpec
 
 
 def window_source(spec: WindowSpec) -> str:
     win, idx, w = spec.window, spec.index_type, spec.vector_width
-    vec = "float" if w == 1 else f"float{w}"
+    vec = vector_type(spec.dtype, w)
     groups = win.channels // w
     runs = -(-win.out_w // spec.pixels)
     n_extra = spec.epilogue.n_inputs - 1
-    weighted = spec.reduction == "sum"
-    params = [f"__global const float* restrict X, const {idx} offX, const {idx} sxn, const {idx} sxh, "
-              f"const {idx} sxw, const {idx} sxc"] + ([f"__global const float* restrict T, const {idx} offT"]
-                                                    if weighted else [])
-    params += [f"__global const {C_TYPES[spec.epilogue.input_dtypes[e]]}* restrict E{e}, const {idx} offE{e}, "
-               f"const {idx} sE{e}m, const {idx} sE{e}n" for e in range(1, n_extra + 1)]
-    params.append("__global float* restrict Y")
-
-    def load(pointer: str) -> str:  # w channels from c on; a scalar walks the channel stride
-        return f"vload{w}(0, {pointer})" if w > 1 else f"*({pointer})"
-
+    params = [*window_params(spec, "E"), "__global float* restrict Y"]
     lines = [f"const {idx} g = ({idx})get_global_id(0), cg = g % {groups}, r = g / {groups};",
              f"const {idx} run = r % {runs}, oh = (r / {runs}) % {win.out_h}, n = r / ({runs} * {win.out_h});",
              f"if (n >= {win.batch}) return;",
              f"const {idx} c = cg * {w};"]
-    if weighted:
-        lines += [f"const {vec} k{t} = {load(f'T + offT + {t * win.channels} + c')};" for t in range(win.taps)]
+    lines += tap_weights(spec, "c", "k")
     for i in range(win.kernel_h):
         lines.append(f"const {idx} ih{i} = oh * {win.stride_h} + {i * win.dilation_h - win.pad_h};")
         lines.append(f"const int in_row{i} = ih{i} >= 0 && ih{i} < {win.height};")
         lines.append(f"__global const float* x{i} = X + offX + n * sxn + ih{i} * sxh + c * sxc;")
-    pixel = [f"{vec} acc = ({vec})({'0.0f' if weighted else '-INFINITY'});"]
+    pixel = [f"{vec} acc = {reduction_start(spec)};"]
     for j in range(win.kernel_w):
         pixel.append(f"const {idx} iw{j} = ow * {win.stride_w} + {j * win.dilation_w - win.pad_w};")
         pixel.append(f"const int in_col{j} = iw{j} >= 0 && iw{j} < {win.width};")
     for i in range(win.kernel_h):
         for j in range(win.kernel_w):
-            x = load(f"x{i} + iw{j} * sxw") if w > 1 else f"x{i}[iw{j} * sxw]"
-            if weighted:
-                pixel.append(f"if (in_row{i} && in_col{j}) acc = fma({x}, k{i * win.kernel_w + j}, acc);")
-            else:  # once NaN, acc keeps it: nothing compares greater and it is not the new value's NaN
-                pixel.append(f"if (in_row{i} && in_col{j}) {{ const {vec} v = {x}; "
-                             "acc = (v > acc) | isnan(v) ? v : acc; }")
+            x = vector_load(w, f"x{i} + iw{j} * sxw") if w > 1 else f"x{i}[iw{j} * sxw]"
+            pixel.append(f"if (in_row{i} && in_col{j}) {tap_update(spec, x, f'k{i * win.kernel_w + j}', 'acc')}")
     pixel.append(f"const {idx} m = (n * {win.out_h} + oh) * {win.out_w} + ow;")
-    extras = []
-    for e, layout in enumerate(spec.extra_layouts, start=1):
-        where = f"E{e} + offE{e} + m * sE{e}m"
-        if layout == "row":
-            extras.append(f"const {vec} e{e} = {load(where + ' + c')};")
-        elif layout == "bcast":
-            extras.append(f"const {vec} e{e} = ({vec})({C_TYPES[spec.epilogue.input_dtypes[e]]})(({where})[0]);")
-        else:
-            extras.append(f"const {vec} e{e} = ({where})[c * sE{e}n];")
+    extras = extra_loads(spec, "E", "m", "c", "e")
     body, (result,) = program_statements(spec.epilogue, ["acc"] + [f"e{e}" for e in range(1, n_extra + 1)], width=w)
     out = f"Y + m * {win.channels} + c"
     store = f"vstore{w}({result}, 0, {out});" if w > 1 else f"*({out}) = {result};"
@@ -79,3 +56,62 @@ __kernel void {spec.kernel_name}(
   {body_text}
 }}
 """
+
+
+def window_params(spec: WindowSpec, buffer: str) -> list[str]:
+    """The kernel parameters of the window's operands: x [N, H, W, C] by its strides, a sum's taps, and the
+    epilogue's extras as `{buffer}{e}` with their (m, c) strides."""
+    idx = spec.index_type
+    params = [f"__global const float* restrict X, const {idx} offX, const {idx} sxn, const {idx} sxh, "
+              f"const {idx} sxw, const {idx} sxc"]
+    if spec.reduction == "sum":
+        params.append(f"__global const float* restrict T, const {idx} offT")
+    return params + [f"__global const {C_TYPES[spec.epilogue.input_dtypes[e]]}* restrict {buffer}{e}, "
+                     f"const {idx} off{buffer}{e}, const {idx} s{buffer}{e}m, const {idx} s{buffer}{e}n"
+                     for e in range(1, spec.epilogue.n_inputs)]
+
+
+def tap_weights(spec: WindowSpec, c: str, name: str) -> list[str]:
+    """A sum's tap weights for channels c.. as `{name}{tap}` (none for a max)."""
+    if spec.reduction != "sum":
+        return []
+    vec = vector_type(spec.dtype, spec.vector_width)
+    return [f"const {vec} {name}{t} = {vector_load(spec.vector_width, f'T + offT + {t * spec.window.channels} + {c}')};"
+            for t in range(spec.window.taps)]
+
+
+def vector_load(width: int, pointer: str) -> str:
+    """`width` channels from `pointer` on (contiguous channels); one float where the width is 1."""
+    return f"vload{width}(0, {pointer})" if width > 1 else f"*({pointer})"
+
+
+def reduction_start(spec: WindowSpec) -> str:
+    """The value a window reduction starts from: 0 for a sum, -inf for a max."""
+    return f"({vector_type(spec.dtype, spec.vector_width)})({'0.0f' if spec.reduction == 'sum' else '-INFINITY'})"
+
+
+def tap_update(spec: WindowSpec, value: str, weight: str, acc: str) -> str:
+    """The statement adding one tap's `value` into `acc`: times its `weight` (a sum) or compared in (a max)."""
+    if spec.reduction == "sum":
+        return f"{acc} = fma({value}, {weight}, {acc});"
+    vec = vector_type(spec.dtype, spec.vector_width)
+    # once NaN, acc keeps it: nothing compares greater and it is not the new value's NaN
+    return f"{{ const {vec} v = {value}; {acc} = (v > {acc}) | isnan(v) ? v : {acc}; }}"
+
+
+def extra_loads(spec: WindowSpec, buffer: str, m: str, c: str, name: str) -> list[str]:
+    """Declarations of the epilogue's extras `{name}{e}` at row m, channels c.. (by the spec's layouts), read
+    from `{buffer}{e}` at offset `off{buffer}{e}` with strides `s{buffer}{e}m`, `s{buffer}{e}n`."""
+    w = spec.vector_width
+    vec = vector_type(spec.dtype, w)
+    lines = []
+    for e, layout in enumerate(spec.extra_layouts, start=1):
+        where = f"{buffer}{e} + off{buffer}{e} + {m} * s{buffer}{e}m"
+        if layout == "row":
+            lines.append(f"const {vec} {name}{e} = {vector_load(w, f'{where} + {c}')};")
+        elif layout == "bcast":
+            c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
+            lines.append(f"const {vec} {name}{e} = ({vec})({c_type})(({where})[0]);")
+        else:
+            lines.append(f"const {vec} {name}{e} = ({where})[{c} * s{buffer}{e}n];")
+    return lines

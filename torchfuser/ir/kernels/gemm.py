@@ -8,6 +8,7 @@ import torch
 
 from torchfuser.ir.interpret import run_program
 from torchfuser.ir.kernels.base import FusedKernel, KernelSpec
+from torchfuser.ir.kernels.window import WindowKernel, WindowSpec
 from torchfuser.ir.program import Program
 from torchfuser.ir.weights import ConvWeightFromMatrix
 from torchfuser.ir.window import Window
@@ -57,6 +58,9 @@ class GemmSpec(KernelSpec):
     # wider vectors than the registers split in two and the accumulator tile spills
     vector_width: int = 16
     window: Window | None = None  # packed: A is the patches of a channels-last input (a convolution)
+    # packed: A [M, C] is this window kernel's result (a depthwise convolution or a pooling), computed a chunk of
+    # producer.vector_width channels at a time in registers and never stored
+    producer: WindowSpec | None = None
 
     kind = "gemm"
 
@@ -86,8 +90,11 @@ class GemmSpec(KernelSpec):
                              "1 to 16 rows (tile_m), no K blocks and one row block")
         if self.k_block < 0 or self.row_blocks < 1:
             raise ValueError("packed GEMM: k_block >= 0 and row_blocks >= 1")
-        if self.window is not None and self.schedule != "packed":
-            raise ValueError("a convolution's implicit patches are read by the packed schedule only")
+        if (self.window is not None or self.producer is not None) and self.schedule != "packed":
+            raise ValueError("a convolution's implicit patches and a window producer are read by the packed "
+                             "schedule only")
+        if self.producer is not None and (self.window is not None or self.k_block % self.producer.vector_width):
+            raise ValueError("a window producer: no patches, and K blocks of whole channel chunks")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
             raise ValueError("epilogue input 0 is the accumulator")
         if len(self.epilogue.outputs) != 1:
@@ -107,18 +114,27 @@ class GemmSpec(KernelSpec):
             f"{f' vector={self.vector_width}' if self.vector_width != 16 else ''}"
             f"{f' {self.window.text()}' if self.window is not None else ''}\n"
             f"{self.epilogue.text()}"
+            f"{f'{chr(10)}producer {self.producer.key_text()}' if self.producer is not None else ''}"
         )
 
 
 class GemmKernel(FusedKernel):
-    """out[(batch,) M, N] = epilogue(a @ b, *extras): mm or bmm, extras broadcast to the output."""
+    """out[(batch,) M, N] = epilogue(a @ b, *extras): mm or bmm, extras broadcast to the output.
+
+    With a producer (a WindowKernel), A is the producer's [M, C] result and the inputs are
+    (x, b, *extras, *producer operands after x): x the producer's channels-last input, then the producer's taps
+    (a sum) and its epilogue's extras."""
 
     kind = "gemm"
 
-    def __init__(self, epilogue: Program, group: int, window: Window | None = None):
+    def __init__(self, epilogue: Program, group: int, window: Window | None = None,
+                 producer: WindowKernel | None = None):
         super().__init__(group)
+        if window is not None and producer is not None:
+            raise ValueError("A is a convolution's patches or a window kernel's result, not both")
         self.epilogue = epilogue
         self.window = window  # a: a channels-last input whose patches are A (a convolution)
+        self.producer = producer
         # B back as the convolution's weight, for PyTorch's convolution (the reference, the extern variant)
         self.conv_weight = (ConvWeightFromMatrix(window.kernel_h, window.kernel_w, window.channels)
                             if window is not None else None)
@@ -128,11 +144,27 @@ class GemmKernel(FusedKernel):
         a, b = inputs[0], inputs[1]
         if self.window is not None:
             return self.window.rows, self.window.depth, b.shape[-1]
+        if self.producer is not None:
+            return self.producer.window.rows, self.producer.window.channels, b.shape[-1]
         return a.shape[-2], a.shape[-1], b.shape[-1]
 
-    def reference(self, a, b, *extras):
-        # a convolution's patches: PyTorch's convolution (an im2col and an mm would be much slower)
-        acc = self.window.convolve(a, self.conv_weight(b)) if self.window is not None else torch.matmul(a, b)
+    def producer_flops(self, panels: int) -> float:
+        """The producer's FLOPs as this kernel does them: once per panel of columns that reads A."""
+        return self.producer.flops() * panels
+
+    def split_inputs(self, inputs) -> tuple[list, list]:
+        """(the GEMM's own inputs: a or x, b and the epilogue's extras; the producer's operands after x)."""
+        own = 2 + self.epilogue.n_inputs - 1
+        return list(inputs[:own]), list(inputs[own:])
+
+    def reference(self, *inputs):
+        (a, b, *extras), produced = self.split_inputs(inputs)
+        if self.producer is not None:
+            acc = torch.matmul(self.producer.reference(a, *produced), b)
+        elif self.window is not None:  # PyTorch's convolution (an im2col and an mm would be much slower)
+            acc = self.window.convolve(a, self.conv_weight(b))
+        else:
+            acc = torch.matmul(a, b)
         return run_program(self.epilogue, [acc, *extras])[0].contiguous()
 
     @staticmethod

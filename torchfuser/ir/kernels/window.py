@@ -75,6 +75,11 @@ class WindowKernel(FusedKernel):
         """Inputs before the epilogue's extras: x, and a sum's taps."""
         return 2 if self.reduction == "sum" else 1
 
+    def flops(self) -> float:
+        """A sum's multiply-adds (two FLOPs per tap), a max's comparisons (one)."""
+        win = self.window
+        return (2.0 if self.reduction == "sum" else 1.0) * win.rows * win.channels * win.taps
+
     def reference(self, x, *rest):
         taps, extras = (rest[0], rest[1:]) if self.reduction == "sum" else (None, rest)
         return run_program(self.epilogue, [self.window.reduce(self.reduction, x, taps), *extras])[0].contiguous()
