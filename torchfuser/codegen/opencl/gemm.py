@@ -102,9 +102,15 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
         for i in range(tm))
     if producer is not None:  # K = channels: a chunk of the producer's result per row, then its channels
-        k_loop = (f"for ({idx} k = k0; k < kend; k += {producer.vector_width}) {{\n        "
-                  + "\n        ".join(_produce_chunk(spec)) +
-                  f"\n        for (int c = 0; c < {producer.vector_width}; ++c, bk += {tn}) {{")
+        def chunk_loop(checked: bool) -> str:
+            return (f"for ({idx} k = k0; k < kend; k += {producer.vector_width}) {{\n        "
+                    + "\n        ".join(_produce_chunk(spec, checked)) +
+                    f"\n        for (int c = 0; c < {producer.vector_width}; ++c, bk += {tn}) {{\n        "
+                    f"{load_b}\n        {fmas}\n        }}\n      }}")
+        k_loops = chunk_loop(False)
+        if producer.window.padded:  # tiles whose windows all lie inside x (most) test no tap
+            k_loops = (f"if ({_inside(spec)}) {{\n      {k_loops}\n      }} else {{\n      {chunk_loop(True)}\n"
+                       "      }")
     elif window is None:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
     elif window.padded:  # K = (kh, kw, c): per tap, each row's run of C channels, or zeros in the padding
@@ -130,6 +136,8 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                   f" * {window.channels};\n"
                   f"        const {idx} cend = min(({idx}){window.channels}, c0 + (kend - k));\n"
                   f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
+    if producer is None:
+        k_loops = f"{k_loop}\n        {load_b}\n        {fmas}\n      }}{'}' if window is not None else ''}"
     partial = "\n      ".join(
         f"if (m0 + {i} < M) {{ " + " ".join(f"vstore{w}({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {w * v});"
                                           for v in range(vectors)) + " }"
@@ -158,10 +166,7 @@ __kernel void {spec.kernel_name}(
       {rows}
       {start}
       __global const float* bk = panel + k0 * {tn};
-      {k_loop}
-        {load_b}
-        {fmas}
-      }}{"}" if window is not None or producer is not None else ""}
+      {k_loops}
       if (kend < K) {{
       {partial}
       }} else {{
@@ -209,9 +214,18 @@ def _producer_row(spec: GemmSpec, i: int) -> str:
     return " ".join(lines)
 
 
-def _produce_chunk(spec: GemmSpec) -> list[str]:
+def _inside(spec: GemmSpec) -> str:
+    """Whether every row of the tile has its whole window inside x (no tap in the padding)."""
+    win = spec.producer.window
+    reach_h, reach_w = (win.kernel_h - 1) * win.dilation_h, (win.kernel_w - 1) * win.dilation_w
+    return " && ".join(f"ih{i} >= 0 && ih{i} + {reach_h} < {win.height} && iw{i} >= 0 && iw{i} + {reach_w} < "
+                       f"{win.width}" for i in range(spec.tile_m))
+
+
+def _produce_chunk(spec: GemmSpec, checked: bool) -> list[str]:
     """Statements filling each row's chunk of A (`at{i}`: channels k.. of its output pixel) from the producer:
-    the taps' weights once, then per row the window's reduction, the producer's epilogue and a private store."""
+    the taps' weights once, then per row the window's reduction (checked: each tap tested against the padding),
+    the producer's epilogue and a private store."""
     producer, tm = spec.producer, spec.tile_m
     win, cw = producer.window, producer.vector_width
     vec = vector_type(producer.dtype, cw)
@@ -222,7 +236,7 @@ def _produce_chunk(spec: GemmSpec) -> list[str]:
             for kw in range(win.kernel_w):
                 x = vector_load(cw, f"x{i} + {kh * win.dilation_h} * sxh + {kw * win.dilation_w} * sxw + k * sxc")
                 update = tap_update(producer, x, f"t{kh * win.kernel_w + kw}", f"s{i}")
-                lines.append(f"if (in{i}_r{kh} && in{i}_c{kw}) {update}" if win.padded else update)
+                lines.append(f"if (in{i}_r{kh} && in{i}_c{kw}) {update}" if checked else update)
         lines += extra_loads(producer, "P", f"pm{i}", "k", f"q{i}_")
         body, (result,) = program_statements(
             producer.epilogue, [f"s{i}"] + [f"q{i}_{e}" for e in range(1, producer.epilogue.n_inputs)],
