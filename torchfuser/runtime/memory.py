@@ -5,7 +5,11 @@ pages whose first touch faults (as costly as the kernel itself). The arena keeps
 and hands a block out again once nothing refers to it any more. A block carries a numpy view with the last
 layout asked of it; a tensor made from that view holds a reference to it, so the block is free exactly
 when the view's refcount is back to the arena's own. Steady calls ask for the same layouts, so handing a
-block out is one `torch.from_numpy` (no view/as_strided chain).
+block out is one `torch.from_numpy` (no view/as_strided chain). Blocks come in size classes (at most 1/8
+apart), so a KV cache that grows by a token per call finds the blocks of the calls before it: the cache the
+model holds, the one it passes in and the one being made are three per layer, all alive at once, and a
+block is looked for from where the last search of its class stopped (they free in the order they were
+taken). Free blocks of other classes are given back when the arena would outgrow its byte budget.
 
 Binders turn a tensor into (cl.Buffer, element offset). On devices that share host memory the buffer is
 a USE_HOST_PTR view of the tensor's storage (zero-copy; cached by (address, bytes), and built over a
@@ -25,8 +29,8 @@ import numpy as np
 import torch
 
 ALIGNMENT = 64
-_POOL_PER_SIZE = 8
-_POOL_BYTES_LIMIT = 4 << 30
+_POOL_PER_CLASS = 64  # blocks per size class: a 24-layer model's K and V, three generations of each, and more
+_POOL_BYTES_LIMIT = 2 << 30
 _NUMPY_DTYPES = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
     torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_,
@@ -60,6 +64,15 @@ class OutputLayout(NamedTuple):
         return cls(shape, stride, dtype, span * dtype.itemsize)
 
 
+def size_class(nbytes: int) -> int:
+    """The block size that serves `nbytes`: whole cache lines up to 4 KiB, then steps of 1/8 of the power of two
+    below (at most 12.5 % unused)."""
+    if nbytes <= 4096:
+        return -(-nbytes // ALIGNMENT) * ALIGNMENT
+    step = 1 << (nbytes.bit_length() - 4)
+    return -(-nbytes // step) * step
+
+
 class _Block:
     __slots__ = ("raw", "start", "slot")
 
@@ -68,11 +81,29 @@ class _Block:
         self.start = (-self.raw.ctypes.data) % ALIGNMENT
         self.slot = [None, None]  # [layout, numpy view]: a list, so _refs reads the view like the calibration
 
+    @property
+    def free(self) -> bool:
+        return self.slot[1] is None or _refs(self.slot, 1) == _FREE_REFCOUNT
+
+
+class _SizeClass:
+    __slots__ = ("blocks", "next")
+
+    def __init__(self):
+        self.blocks: list[_Block] = []
+        self.next = 0  # where the next search starts: after the block handed out last
+
 
 class HostArena:
-    def __init__(self):
-        self._blocks: dict[int, list[_Block]] = {}
+    def __init__(self, byte_budget: int = _POOL_BYTES_LIMIT):
+        self._classes: dict[int, _SizeClass] = {}
         self._bytes = 0
+        self._budget = byte_budget
+
+    @property
+    def bytes(self) -> int:
+        """What the arena's blocks hold, free or not."""
+        return self._bytes
 
     def empty_strided(self, shape, stride, dtype: torch.dtype) -> torch.Tensor:
         return self.allocate(OutputLayout.of(shape, stride, dtype))
@@ -82,22 +113,43 @@ class HostArena:
         np_dtype = _NUMPY_DTYPES.get(layout.dtype)
         if not layout.nbytes or np_dtype is None:
             return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)
-        blocks = self._blocks.get(layout.nbytes)
-        if blocks is None:
-            blocks = self._blocks[layout.nbytes] = []
-        for block in blocks:
-            slot = block.slot
-            if slot[1] is None or _refs(slot, 1) == _FREE_REFCOUNT:
+        nbytes = size_class(layout.nbytes)
+        size_class_ = self._classes.get(nbytes)
+        if size_class_ is None:
+            size_class_ = self._classes[nbytes] = _SizeClass()
+        blocks, start = size_class_.blocks, size_class_.next
+        count = len(blocks)
+        for j in range(count):
+            block = blocks[(start + j) % count]
+            if block.free:
+                size_class_.next = (start + j + 1) % count
+                slot = block.slot
                 if slot[0] != layout:
                     slot[0], slot[1] = layout, self._view(block, layout, np_dtype)
                 return torch.from_numpy(slot[1])
-        if len(blocks) >= _POOL_PER_SIZE or self._bytes + layout.nbytes > _POOL_BYTES_LIMIT:
+        if count >= _POOL_PER_CLASS or not self._room_for(nbytes):
             return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)  # still 64-byte aligned
-        block = _Block(layout.nbytes)
+        block = _Block(nbytes)
         blocks.append(block)
-        self._bytes += layout.nbytes
+        self._bytes += nbytes
         block.slot[:] = [layout, self._view(block, layout, np_dtype)]
         return torch.from_numpy(block.slot[1])
+
+    def _room_for(self, nbytes: int) -> bool:
+        """Whether a new block of nbytes fits the budget, after giving back free blocks (other classes' first: a
+        grown KV cache never asks for its old sizes again)."""
+        if self._bytes + nbytes <= self._budget:
+            return True
+        for size in sorted(self._classes, key=lambda c: c == nbytes):
+            size_class_ = self._classes[size]
+            kept = [b for b in size_class_.blocks if not b.free]
+            self._bytes -= size * (len(size_class_.blocks) - len(kept))
+            size_class_.blocks, size_class_.next = kept, 0
+            if not kept:
+                del self._classes[size]
+            if self._bytes + nbytes <= self._budget:
+                return True
+        return False
 
     @staticmethod
     def _view(block: _Block, layout: OutputLayout, np_dtype) -> np.ndarray:
@@ -106,7 +158,7 @@ class HostArena:
                           strides=tuple(s * item for s in layout.stride))
 
     def clear(self) -> None:
-        self._blocks.clear()
+        self._classes.clear()
         self._bytes = 0
 
 

@@ -15,7 +15,7 @@ import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
-from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder
+from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder, size_class
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
 
@@ -373,10 +373,63 @@ def test_arena_reuses_a_block_only_when_no_tensor_refers_to_it():
     gc.collect()
     c = arena.allocate(layout)
     assert c.data_ptr() == address
-    # the same bytes asked for with another layout and dtype reuse the free block
+    # the same bytes asked for with another layout and dtype reuse a free block
     del c
+    held = arena.bytes
     d = arena.allocate(OutputLayout.of((32, 32), (1, 32), torch.int64))
-    assert d.data_ptr() == address and d.dtype == torch.int64 and d.stride() == (1, 32)
+    assert arena.bytes == held and d.dtype == torch.int64 and d.stride() == (1, 32)
+
+
+def test_size_classes_cover_a_size_with_at_most_an_eighth_unused():
+    for nbytes in [1, 64, 65, 4096, 4097, 133120, 135168, (1 << 20) + 1, 3 << 27]:
+        size = size_class(nbytes)
+        assert nbytes <= size <= max(nbytes * 1.125, nbytes + ALIGNMENT - 1) and size % ALIGNMENT == 0
+
+
+def test_a_growing_kv_cache_takes_the_blocks_of_the_calls_before_it():
+    """Three generations of each layer's K and V are alive at once (the model's cache, the one passed in, the one
+    being made), one token longer each call: after the first calls of a size class, no new block."""
+    arena = HostArena()
+    layers, alive, reused = 12, [], 0
+
+    def layout(length: int) -> OutputLayout:
+        return OutputLayout.of((1, 8, length, 64), (8 * length * 64, length * 64, 64, 1), torch.float32)
+
+    for length in range(40, 80):
+        before = arena.bytes
+        made = [arena.allocate(layout(length)) for _ in range(2 * layers)]
+        assert all(t.data_ptr() % ALIGNMENT == 0 for t in made)
+        assert len({t.data_ptr() for t in made + [t for g in alive for t in g]}) == 2 * layers * (len(alive) + 1)
+        if length - 3 >= 40 and size_class(layout(length).nbytes) == size_class(layout(length - 3).nbytes):
+            assert arena.bytes == before  # the generation three calls back is free, in this size class
+            reused += 1
+        alive = (alive + [made])[-2:]
+    assert reused >= 10  # a class spans 4 to 8 lengths here
+
+
+def test_more_live_outputs_of_one_size_than_a_few_still_come_from_the_arena():
+    arena = HostArena()
+    layout = OutputLayout.of((300, 300), (300, 1), torch.float32)
+    kept = [arena.allocate(layout) for _ in range(40)]
+    assert arena.bytes == 40 * size_class(layout.nbytes)
+    del kept
+    again = [arena.allocate(layout) for _ in range(40)]
+    assert arena.bytes == 40 * size_class(layout.nbytes) and len({t.data_ptr() for t in again}) == 40
+
+
+def test_arena_over_its_budget_gives_back_free_blocks_of_other_sizes():
+    small = OutputLayout.of((1000,), (1,), torch.float32)
+    big = OutputLayout.of((5000,), (1,), torch.float32)
+    arena = HostArena(byte_budget=2 * size_class(big.nbytes) + size_class(small.nbytes))
+    held = arena.allocate(small)
+    freed = [arena.allocate(small) for _ in range(3)]
+    del freed
+    bigs = [arena.allocate(big) for _ in range(2)]  # over the budget: the free small blocks go back
+    assert arena.bytes == size_class(small.nbytes) + 2 * size_class(big.nbytes)
+    assert held.data_ptr() % ALIGNMENT == 0 and len(bigs) == 2
+    beyond = [arena.allocate(big) for _ in range(3)]  # nothing free to give back: plain allocations
+    assert arena.bytes == size_class(small.nbytes) + 2 * size_class(big.nbytes)
+    assert all(t.shape == (5000,) for t in beyond)
 
 
 def test_kernel_copies_share_pyopencls_generated_argument_code():
