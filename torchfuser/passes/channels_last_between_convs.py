@@ -106,31 +106,36 @@ def channels_last_between_convs(gm: fx.GraphModule) -> PassResult:
 
 
 def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | None:
-    """An elementwise op whose tensor operands are all NCHW views of NHWC results (in `last`), computed on those
-    results and viewed back: the op then follows a GEMM's result in memory order, so fuse_gemm_epilogue takes
+    """An elementwise op whose tensor operands are all NCHW views of NHWC results (in `last`; one at least the
+    permute of such a result, the others possibly channels-last values of their own, a max pooling's), computed
+    on those results and viewed back: the op then follows a GEMM's result in memory order, so fuse_gemm_epilogue takes
     it into the GEMM (and fuse_pointwise into a depthwise sum), and chains of such ops stay in the NHWC frame.
     Returns the view back (added to `last`), or None where the op is not such."""
     if node.op != "call_function" or node.target not in POINTWISE or node.target in COPIES:
         return None
     operands = node.all_input_nodes
-    order = next((list(a.args[1]) for a in operands if a.target is aten.permute.default), None)
-    if order not in (TO_NCHW, SWAP_NCL) or not all(
-            a in last and a.target is aten.permute.default and list(a.args[1]) == order for a in operands):
+    permutes = [a for a in operands if a.target is aten.permute.default]
+    order = list(permutes[0].args[1]) if permutes else None
+    if order not in (TO_NCHW, SWAP_NCL) or not all(a in last for a in operands) or any(
+            list(a.args[1]) != order for a in permutes):
         return None
     if tensor_meta(node).shape != tensor_meta(operands[0]).shape or any(
             tensor_meta(a).shape != tensor_meta(node).shape for a in operands):
         return None  # broadcasting between operands: their frames would differ
-    unpermuted = {a: a.args[0] for a in operands}
-    args = fx.node.map_arg(node.args, lambda a: unpermuted[a])
-    kwargs = fx.node.map_arg(node.kwargs, lambda a: unpermuted[a])
     with graph.inserting_before(node):
+        # another channels-last operand that is not a view back (a max pooling's result: a residual) is viewed
+        unpermuted = {a: a.args[0] if a.target is aten.permute.default else
+                      call_with_value(graph, aten.permute.default, (a, [order.index(d) for d in range(len(order))]))
+                      for a in operands}
+        args = fx.node.map_arg(node.args, lambda a: unpermuted[a])
+        kwargs = fx.node.map_arg(node.kwargs, lambda a: unpermuted[a])
         inner = call_with_value(graph, node.target, args, kwargs)
         back = call_with_value(graph, aten.permute.default, (inner, order))
     back.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     node.replace_all_uses_with(back)
     graph.erase_node(node)
     for a in set(operands):  # a view nothing reads any more would count as a second reader of its result
-        if not a.users:
+        if not a.users and a.target is aten.permute.default:
             graph.erase_node(a)
             last.discard(a)
     last.add(back)

@@ -123,3 +123,25 @@ def test_depthwise_convolution_between_gemm_convolutions_reads_and_writes_nhwc(s
     assert [k.kind for k in report.kernels if k.kind != "pointwise"] == ["gemm", "gemm"]
     assert {p.name: p.stats for p in report.passes}["fuse_window_into_gemm"]["windows_in_gemms"] == 1
     assert stats["copies_dropped"] == 3  # the expansion's and projection's copies back, the projection's copy in
+
+
+def test_residual_of_a_max_pooling_joins_the_convolutions_epilogue():
+    """ResNet's first block adds the stem's max pooling to its second convolution: the pooling's channels-last
+    result is viewed in NHWC beside the convolution's, so the add and ReLU run in that GEMM's epilogue."""
+    torch.manual_seed(0)
+    stem, conv1, conv2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1)
+
+    def block(x):
+        x = F.max_pool2d(torch.relu(stem(x)), 3, 2, 1)
+        return torch.relu(conv2(torch.relu(conv1(x))) + x)
+
+    x = torch.randn(2, 3, 20, 18)
+    out, stats, report = compiled(block, x)
+    with torch.no_grad():
+        expected = block(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert stats["elementwise_in_nhwc"] >= 1
+    epilogues = [k.spec for k in report.kernels if k.kind == "gemm"]
+    assert len(epilogues) == 3 and any("add" in spec and "relu" in spec for spec in epilogues)
+    assert not any(k.kind == "pointwise" and "add" in k.spec for k in report.kernels)
