@@ -7,7 +7,8 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
   loads (w = spec.vector_width floats: 16 on AVX-512, 8 on AVX2), A read in its natural layout and
   broadcast; no local memory (7x slower on PoCL). K is blocked so a slice of the panel stays in L1 while a
   stack of row tiles passes over it (the BLIS loop order). The epilogue runs on vectors when the program
-  allows it, else element by element.
+  allows it, else element by element. A may instead be a convolution's patches or a window kernel's result
+  made in registers (gemm_a.py).
 - rows (CPU, decode): the packed panels streamed along K by a work-item each, in passes of up to tile_m
   rows with M a runtime argument, a pass of one or two rows reading K as several runs side by side
   (rows_gemm_source): one-token GEMMs run at the speed of reading B.
@@ -17,10 +18,10 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 
 from __future__ import annotations
 
-from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
+from torchfuser.codegen.opencl.op_c import C_TYPES
 from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vectorisable
-from torchfuser.codegen.opencl.window import (extra_loads, reduction_start, tap_update, tap_weights, vector_load,
-                                              window_params)
+from torchfuser.codegen.opencl.gemm_a import inside, padded_tap, patch_row, produce_chunk, producer_row
+from torchfuser.codegen.opencl.window import window_params
 from torchfuser.ir.kernels import GemmSpec
 
 
@@ -84,12 +85,12 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     acc = [[f"c{i}_{v}" for v in range(vectors)] for i in range(tm)]
     window, producer = spec.window, spec.producer
     if producer is not None:
-        rows = "\n      ".join(_producer_row(spec, i) for i in range(tm))
+        rows = "\n      ".join(producer_row(spec, i) for i in range(tm))
     elif window is None:
         rows = "\n      ".join(f"__global const float* a{i} = A + offA + min(m0 + {i}, M - 1) * sam;"
                                 for i in range(tm))
     else:
-        rows = "\n      ".join(_patch_row(spec, i) for i in range(tm))
+        rows = "\n      ".join(patch_row(spec, i) for i in range(tm))
     # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
     start = "\n      ".join(
         f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
@@ -104,17 +105,17 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     if producer is not None:  # K = channels: a chunk of the producer's result per row, then its channels
         def chunk_loop(checked: bool) -> str:
             return (f"for ({idx} k = k0; k < kend; k += {producer.vector_width}) {{\n        "
-                    + "\n        ".join(_produce_chunk(spec, checked)) +
+                    + "\n        ".join(produce_chunk(spec, checked)) +
                     f"\n        for (int c = 0; c < {producer.vector_width}; ++c, bk += {tn}) {{\n        "
                     f"{load_b}\n        {fmas}\n        }}\n      }}")
         k_loops = chunk_loop(False)
         if producer.window.padded:  # tiles whose windows all lie inside x (most) test no tap
-            k_loops = (f"if ({_inside(spec)}) {{\n      {k_loops}\n      }} else {{\n      {chunk_loop(True)}\n"
+            k_loops = (f"if ({inside(spec)}) {{\n      {k_loops}\n      }} else {{\n      {chunk_loop(True)}\n"
                        "      }")
     elif window is None:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
     elif window.padded:  # K = (kh, kw, c): per tap, each row's run of C channels, or zeros in the padding
-        taps = "\n        ".join(_padded_tap(spec, i) for i in range(tm))
+        taps = "\n        ".join(padded_tap(spec, i) for i in range(tm))
         k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
                   f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
                   f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"
@@ -176,81 +177,6 @@ __kernel void {spec.kernel_name}(
   }}
 }}
 """
-
-
-def _patch_row(spec: GemmSpec, i: int) -> str:
-    """The corner of row m0 + i's patch in a convolution's channels-last input (ir/window.Window): its image and
-    input coordinates (ih, iw: negative in the padding), and without padding its address."""
-    idx, win = spec.index_type, spec.window
-    per_image = win.out_h * win.out_w
-    corner = (f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
-              f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * "
-              f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, "
-              f"iw{i} = ow{i} * {win.stride_w} - {win.pad_w};")
-    if win.padded:
-        return corner
-    return (f"{corner} __global const float* a{i} = A + offA + ((img{i} * {win.height} + ih{i}) * {win.width} + "
-            f"iw{i}) * {win.channels};")
-
-
-def _producer_row(spec: GemmSpec, i: int) -> str:
-    """Row m0 + i of A as the producer's output pixel: its image, the corner of its window in x (the pointer may
-    lie before x where the window starts in the padding: only taps inside are read), whether each kernel row and
-    column of the window lies inside x, and the private chunk of A the K loop fills."""
-    idx, producer = spec.index_type, spec.producer
-    win = producer.window
-    per_image = win.out_h * win.out_w
-    lines = [f"const {idx} pm{i} = min(m0 + {i}, M - 1), img{i} = pm{i} / {per_image}, "
-             f"oh{i} = (pm{i} - img{i} * {per_image}) / {win.out_w}, ow{i} = pm{i} - img{i} * {per_image} - oh{i} * "
-             f"{win.out_w}, ih{i} = oh{i} * {win.stride_h} - {win.pad_h}, iw{i} = ow{i} * {win.stride_w} - "
-             f"{win.pad_w};",
-             f"__global const float* x{i} = X + offX + img{i} * sxn + ih{i} * sxh + iw{i} * sxw;",
-             f"float at{i}[{producer.vector_width}];"]
-    if win.padded:
-        lines += [f"const int in{i}_r{kh} = ih{i} + {kh * win.dilation_h} >= 0 && ih{i} + {kh * win.dilation_h} < "
-                  f"{win.height};" for kh in range(win.kernel_h)]
-        lines += [f"const int in{i}_c{kw} = iw{i} + {kw * win.dilation_w} >= 0 && iw{i} + {kw * win.dilation_w} < "
-                  f"{win.width};" for kw in range(win.kernel_w)]
-    return " ".join(lines)
-
-
-def _inside(spec: GemmSpec) -> str:
-    """Whether every row of the tile has its whole window inside x (no tap in the padding)."""
-    win = spec.producer.window
-    reach_h, reach_w = (win.kernel_h - 1) * win.dilation_h, (win.kernel_w - 1) * win.dilation_w
-    return " && ".join(f"ih{i} >= 0 && ih{i} + {reach_h} < {win.height} && iw{i} >= 0 && iw{i} + {reach_w} < "
-                       f"{win.width}" for i in range(spec.tile_m))
-
-
-def _produce_chunk(spec: GemmSpec, checked: bool) -> list[str]:
-    """Statements filling each row's chunk of A (`at{i}`: channels k.. of its output pixel) from the producer:
-    the taps' weights once, then per row the window's reduction (checked: each tap tested against the padding),
-    the producer's epilogue and a private store."""
-    producer, tm = spec.producer, spec.tile_m
-    win, cw = producer.window, producer.vector_width
-    vec = vector_type(producer.dtype, cw)
-    lines = tap_weights(producer, "k", "t")
-    for i in range(tm):
-        lines.append(f"{vec} s{i} = {reduction_start(producer)};")
-        for kh in range(win.kernel_h):
-            for kw in range(win.kernel_w):
-                x = vector_load(cw, f"x{i} + {kh * win.dilation_h} * sxh + {kw * win.dilation_w} * sxw + k * sxc")
-                update = tap_update(producer, x, f"t{kh * win.kernel_w + kw}", f"s{i}")
-                lines.append(f"if (in{i}_r{kh} && in{i}_c{kw}) {update}" if checked else update)
-        lines += extra_loads(producer, "P", f"pm{i}", "k", f"q{i}_")
-        body, (result,) = program_statements(
-            producer.epilogue, [f"s{i}"] + [f"q{i}_{e}" for e in range(1, producer.epilogue.n_inputs)],
-            prefix=f"u{i}_", width=cw)
-        lines += body + [f"vstore{cw}({result}, 0, at{i});" if cw > 1 else f"at{i}[0] = {result};"]
-    return lines
-
-
-def _padded_tap(spec: GemmSpec, i: int) -> str:
-    """Row i's run of C channels at tap (kh, kw) of a padded window: in the input, or Z's zeros in the padding."""
-    idx, win = spec.index_type, spec.window
-    return (f"const {idx} th{i} = ih{i} + kh * {win.dilation_h}, tw{i} = iw{i} + kw * {win.dilation_w}; "
-            f"__global const float* p{i} = (th{i} >= 0 && th{i} < {win.height} && tw{i} >= 0 && tw{i} < {win.width})"
-            f" ? A + offA + ((img{i} * {win.height} + th{i}) * {win.width} + tw{i}) * {win.channels} : Z;")
 
 
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
