@@ -5,11 +5,11 @@ pages whose first touch faults (as costly as the kernel itself). The arena keeps
 and hands a block out again once nothing refers to it any more. A block carries a numpy view with the last
 layout asked of it; a tensor made from that view holds a reference to it, so the block is free exactly
 when the view's refcount is back to the arena's own. Steady calls ask for the same layouts, so handing a
-block out is one `torch.from_numpy` (no view/as_strided chain). Blocks come in size classes (at most 1/8
-apart), so a KV cache that grows by a token per call finds the blocks of the calls before it: the cache the
-model holds, the one it passes in and the one being made are three per layer, all alive at once, and a
-block is looked for from where the last search of its class stopped (they free in the order they were
-taken). Free blocks of other classes are given back when the arena would outgrow its byte budget.
+block out is one `torch.from_numpy` (no view/as_strided chain), and the first free block of its class is
+taken, so a steady loop gets the same addresses back and its kernels keep their arguments. Blocks come in
+size classes (at most 1/8 apart), so a KV cache that grows by a token per call finds the blocks of the calls
+before it: the cache the model holds, the one it passes in and the one being made are three per layer, all
+alive at once. Free blocks of other classes are given back when the arena would outgrow its byte budget.
 
 Binders turn a tensor into (cl.Buffer, element offset). On devices that share host memory the buffer is
 a USE_HOST_PTR view of the tensor's storage (zero-copy; cached by (address, bytes), and built over a
@@ -86,17 +86,9 @@ class _Block:
         return self.slot[1] is None or _refs(self.slot, 1) == _FREE_REFCOUNT
 
 
-class _SizeClass:
-    __slots__ = ("blocks", "next")
-
-    def __init__(self):
-        self.blocks: list[_Block] = []
-        self.next = 0  # where the next search starts: after the block handed out last
-
-
 class HostArena:
     def __init__(self, byte_budget: int = _POOL_BYTES_LIMIT):
-        self._classes: dict[int, _SizeClass] = {}
+        self._classes: dict[int, list[_Block]] = {}  # size class -> its blocks
         self._bytes = 0
         self._budget = byte_budget
 
@@ -114,20 +106,16 @@ class HostArena:
         if not layout.nbytes or np_dtype is None:
             return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)
         nbytes = size_class(layout.nbytes)
-        size_class_ = self._classes.get(nbytes)
-        if size_class_ is None:
-            size_class_ = self._classes[nbytes] = _SizeClass()
-        blocks, start = size_class_.blocks, size_class_.next
-        count = len(blocks)
-        for j in range(count):
-            block = blocks[(start + j) % count]
+        blocks = self._classes.get(nbytes)
+        if blocks is None:
+            blocks = self._classes[nbytes] = []
+        for block in blocks:
             if block.free:
-                size_class_.next = (start + j + 1) % count
                 slot = block.slot
                 if slot[0] != layout:
                     slot[0], slot[1] = layout, self._view(block, layout, np_dtype)
                 return torch.from_numpy(slot[1])
-        if count >= _POOL_PER_CLASS or not self._room_for(nbytes):
+        if len(blocks) >= _POOL_PER_CLASS or not self._room_for(nbytes):
             return torch.empty_strided(layout.shape, layout.stride, dtype=layout.dtype)  # still 64-byte aligned
         block = _Block(nbytes)
         blocks.append(block)
@@ -141,11 +129,12 @@ class HostArena:
         if self._bytes + nbytes <= self._budget:
             return True
         for size in sorted(self._classes, key=lambda c: c == nbytes):
-            size_class_ = self._classes[size]
-            kept = [b for b in size_class_.blocks if not b.free]
-            self._bytes -= size * (len(size_class_.blocks) - len(kept))
-            size_class_.blocks, size_class_.next = kept, 0
-            if not kept:
+            blocks = self._classes[size]
+            kept = [b for b in blocks if not b.free]
+            self._bytes -= size * (len(blocks) - len(kept))
+            if kept:
+                self._classes[size] = kept
+            else:
                 del self._classes[size]
             if self._bytes + nbytes <= self._budget:
                 return True
