@@ -10,7 +10,7 @@ from __future__ import annotations
 from torchfuser.passes import (
     batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
     depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
-    fuse_pointwise, fuse_reductions, fuse_window_into_gemm, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
+    fuse_pointwise, fuse_reductions, fuse_window_into_gemm, gemm_result_channels_first, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
     pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
@@ -63,6 +63,8 @@ register_pass("fuse_reductions", fuse_reductions.fuse_reductions, handles=fuse_r
 # then every remaining elementwise chain
 register_pass("fuse_pointwise", fuse_pointwise.fuse_pointwise, handles=fuse_pointwise.handles,
               keeps=fuse_pointwise.KEEP)
+# GEMMs whose results only pointwise kernels read in eager's NCHW order store them so (the copies go)
+register_pass("gemm_result_channels_first", gemm_result_channels_first.gemm_result_channels_first)
 # a cat none of them took (along a dynamic dim: a KV cache's append) as a copy kernel with sizes as arguments
 register_pass("cat_as_copies", cat_as_copies.cat_as_copies, handles=cat_as_copies.handles)
 # last: clean up whatever the fusions left unused

@@ -61,6 +61,7 @@ def tuning_key(kernel: GemmKernel, inputs) -> str:
     producer_text = (f"{producer.window.text()} {producer.reduction} {producer.epilogue.text()}"
                      if producer is not None else "")
     return (f"{layout}|{epilogue}" + (f"|{kernel.window.text()}" if kernel.window is not None else "")
+            + (f"|channels-first {kernel.channels_first}" if kernel.channels_first is not None else "")
             + (f"|producer {hashlib.sha256(producer_text.encode()).hexdigest()[:16]}" if producer is not None else ""))
 
 
@@ -119,7 +120,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     expected = kernel.reference(*inputs)
     # small plain mms: also the rows schedule; a convolution's patches: the packed schedule alone
     candidates = candidate_variants(runtime.device, mm_rows(inputs), kernel.window is not None,
-                                    kernel.producer is not None)
+                                    kernel.producer is not None, kernel.channels_first is not None)
     state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()

@@ -128,11 +128,11 @@ def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVaria
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False
-                       ) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False,
+                       channels_first: bool = False) -> list[GemmVariant]:
     """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
     schedule; window: a convolution's implicit patches (the packed schedule only); produced: A made by a window
-    kernel (the packed schedule only)."""
+    kernel (the packed schedule only); channels_first: the result stored NCHW (OpenCL schedules only)."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
@@ -342,6 +342,9 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     if kernel.producer is not None and variant.schedule != "packed":
         raise NoLaunch(f"{variant.name}: a window kernel's result as A is made by the packed schedule (CPU "
                        "devices) only")
+    if kernel.channels_first is not None:
+        if variant.schedule == "packed":  # K in one block: partial sums would go through C in rows
+            variant = GemmVariant("packed", variant.tile_m, variant.tile_n, 0, variant.row_blocks)
     if variant.schedule == "extern":
         if kernel.window is not None:
             return ExternConvLaunch.create(kernel, a, b, extras, out_shape)
@@ -362,7 +365,7 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
                     variant.schedule, layouts, variant.k_block if packed or tiled else 0,
                     variant.row_blocks if packed else 1, variant.block_m if tiled else 0,
                     variant.block_n if tiled else 0,
-                    panel_vector_width() if packed or rows else 16, kernel.window, producer)
+                    panel_vector_width() if packed or rows else 16, kernel.window, producer, kernel.out_images)
     panels, row_tiles = -(-n // spec.tile_n), -(-m // spec.tile_m)
     if packed:  # a work-item walks its stack of row tiles itself (the K-block loop order needs it)
         grid, local = (panels, -(-row_tiles // spec.row_blocks), batch), (1, 1, 1)
@@ -377,6 +380,8 @@ def launch_for(kernel: GemmKernel, variant: GemmVariant, inputs) -> Launch:
     shared_b = b.dim() == 3 and b.stride(0) == 0  # one packed copy serves every batch
     b_strides = panels * k * spec.tile_n * (a.dim() == 3 and not shared_b) if packed or rows else _mnb(b.stride(),
                                                                                                       b.dim())
+    if kernel.channels_first is not None:
+        out_shape = kernel.channels_first_shape(batch, m, n)
     out = (out_shape, tuple(contiguous_strides(out_shape)), TORCH_DTYPES[kernel.epilogue.output_dtypes[0]])
     flops = 2.0 * batch * m * n * k + (kernel.producer_flops(-(-n // spec.tile_n)) if producer is not None else 0)
     launch = GemmLaunch(spec, grid, [out], [a_strides, b_strides, extra_strides, (m, n, k), produced_scalars],
@@ -401,11 +406,20 @@ class ExternGemmLaunch(PointwiseLaunch):
     fresh_prepared = True  # the accumulator
     host_threads = True  # the host BLAS
 
+    channels_first: tuple | None = None  # the GEMM node's: the epilogue kernel writes NCHW (NCL) from [M, N]
+
     @classmethod
     def create(cls, gemm: GemmKernel, a, b, extras, out_shape) -> "ExternGemmLaunch":
         accumulator = torch.empty(out_shape, dtype=torch.float32, device="meta")
-        epilogue = PointwiseKernel(gemm.epilogue, out_shape, accumulator.stride(), gemm.group)
-        return cls(**vars(configure_pointwise(epilogue, [accumulator, *extras], "CPU")))
+        operands = [accumulator, *extras]
+        if gemm.channels_first is not None:  # the epilogue walks the result's NCHW order, reading [M, N] transposed
+            operands = [_in_channels_first(t, out_shape, gemm.channels_first) for t in operands]
+            out_shape = operands[0].shape
+        epilogue = PointwiseKernel(gemm.epilogue, out_shape, torch.empty(out_shape, device="meta").stride(),
+                                   gemm.group)
+        launch = cls(**vars(configure_pointwise(epilogue, operands, "CPU")))
+        launch.channels_first = gemm.channels_first
+        return launch
 
     def prepare(self, inputs, call=None):
         a, b, *extras = inputs
@@ -416,7 +430,14 @@ class ExternGemmLaunch(PointwiseLaunch):
         accumulator = (call.runtime.arena.empty_strided(shape, stride, torch.float32) if call is not None
                        else torch.empty(shape, dtype=torch.float32))  # the arena's pages are already mapped
         torch.matmul(a, b, out=accumulator)
-        return [accumulator, *extras]
+        return self.epilogue_operands(accumulator, extras)
+
+    def epilogue_operands(self, accumulator, extras) -> list:
+        """The epilogue kernel's inputs: the accumulator and the extras, in the channels-first frame if any."""
+        operands = [accumulator, *extras]
+        if self.channels_first is None:
+            return operands
+        return [_in_channels_first(t, accumulator.shape, self.channels_first) for t in operands]
 
 
 @dataclass
@@ -439,7 +460,14 @@ class ExternConvLaunch(ExternGemmLaunch):
         x, b, *extras = inputs
         if call is not None:
             call.before_host_read([x, b])
-        return [self.window.convolve(x, self.conv_weight(b)), *extras]
+        return self.epilogue_operands(self.window.convolve(x, self.conv_weight(b)), extras)
+
+
+def _in_channels_first(t, shape, spatial: tuple):
+    """t (broadcast to a GEMM's [(batch,) M, N] result) viewed as the NCHW (NCL) tensor whose pixels are its rows."""
+    n = shape[-1]
+    rows = t.expand(shape).reshape(-1, *spatial, n)
+    return rows.permute(0, rows.dim() - 1, *range(1, rows.dim() - 1))
 
 
 def gemm_transforms(launch: Launch, inputs) -> list[str]:

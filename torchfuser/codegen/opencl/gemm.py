@@ -57,6 +57,14 @@ def _scalar_epilogue(spec: GemmSpec, acc: str) -> list[str]:
     return loads + body + [f"const float r = {result};"]
 
 
+def c_index(spec: GemmSpec, m: str, n: str) -> str:
+    """Where C[m, n] is stored: row-major, or channels-first per image (GemmSpec.out_images)."""
+    if not spec.out_images:
+        return f"{m} * N + {n}"
+    images = spec.out_images
+    return f"({m}) / {images} * (N * {images}) + ({n}) * {images} + ({m}) % {images}"
+
+
 def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     """What the schedules over packed panels share: vectors per panel row, whether the epilogue runs on
     vectors, and the kernel's parameters."""
@@ -144,10 +152,14 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
+    if spec.out_images and vector_epilogue and tm in (2, 4, 8, 16):
+        finish = f"{_finish_columns(spec, acc)} else {{\n      {finish}\n      }}"
     whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
     k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
-    helpers = (helpers_for([spec.epilogue], w if vector_epilogue else 1) if producer is None else
-               helpers_for([spec.epilogue, producer.epilogue], w if vector_epilogue else 1, producer.vector_width))
+    columns = (tm,) if spec.out_images else ()  # the channels-first finish's vectors of pixels
+    helpers = (helpers_for([spec.epilogue], w if vector_epilogue else 1, *columns) if producer is None else
+               helpers_for([spec.epilogue, producer.epilogue], w if vector_epilogue else 1, producer.vector_width,
+                           *columns))
     return f"""{PREAMBLE}{helpers}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
@@ -179,6 +191,27 @@ __kernel void {spec.kernel_name}(
 """
 
 
+def _finish_columns(spec: GemmSpec, acc: list[list[str]]) -> str:
+    """Channels-first stores of a whole tile whose rows are consecutive pixels of one image: the tile spilled, then
+    per column a vector of tile_m pixels through the epilogue and one contiguous store (an `if` the row-wise
+    finish is the `else` of)."""
+    idx, tm, tn, w, images = spec.index_type, spec.tile_m, spec.tile_n, spec.vector_width, spec.out_images
+    spill = " ".join(f"vstore{w}({acc[i][v]}, {v}, tile[{i}]);" for i in range(tm) for v in range(tn // w))
+    column = ", ".join(f"tile[{i}][j]" for i in range(tm))
+    loads = [f"const float{tm} e{e} = sE{e}m == 0 ? (float{tm})(E{e}[offE{e} + n * sE{e}n]) : (float{tm})("
+             + ", ".join(f"E{e}[offE{e} + (m0 + {i}) * sE{e}m + n * sE{e}n]" for i in range(tm)) + ");"
+             for e in range(1, spec.epilogue.n_inputs)]  # one per column (a bias), or one per pixel
+    body, (result,) = program_statements(spec.epilogue, ["col"] + [f"e{e}" for e in range(1, spec.epilogue.n_inputs)],
+                                         prefix="o", width=tm)
+    lines = [f"const float{tm} col = (float{tm})({column});", *loads, *body,
+             f"vstore{tm}({result}, 0, C + {c_index(spec, 'm0', 'n')});"]
+    inner = "\n          ".join(lines)
+    return (f"if (m0 + {tm} <= M && n0 + {tn} <= N && m0 % {images} + {tm} <= {images}) {{\n"
+            f"        float tile[{tm}][{tn}]; {spill}\n"
+            f"        for (int j = 0; j < {tn}; ++j) {{\n          const {idx} n = n0 + j;\n          {inner}\n"
+            "        }\n      }")
+
+
 def _finish_row(spec: GemmSpec, i: int, acc: list[str], vector_epilogue: bool) -> str:
     """Epilogue and store of tile row i: a vector at a time on full panels, element by element on the tail."""
     spill = " ".join(f"vstore{spec.vector_width}({value}, {v}, tile);" for v, value in enumerate(acc))
@@ -207,8 +240,9 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
         full_tile += loads + body + [f"vstore{w}({result}, 0, C + m * N + n0 + {w * v});"]
     # a statement per line: the explorer maps source lines to the graph nodes they compute
     indent = "\n          "
-    tail = indent.join(_scalar_epilogue(spec, f"{tail_row}[j]") + ["C[m * N + n] = r;"])
-    vector_branch = f"if (n0 + {tn} <= N) {{{indent}{indent.join(full_tile)}\n        }} else " if vector_epilogue else ""
+    tail = indent.join(_scalar_epilogue(spec, f"{tail_row}[j]") + [f"C[{c_index(spec, 'm', 'n')}] = r;"])
+    vector_branch = (f"if (n0 + {tn} <= N) {{{indent}{indent.join(full_tile)}\n        }} else "
+                     if vector_epilogue and not spec.out_images else "")
     return (f"{vector_branch}{{ {tail_setup}for (int j = 0; j < {tn} && n0 + j < N; ++j) "
             f"{{ const {spec.index_type} n = n0 + j;{indent}{tail}\n        }} }}")
 
@@ -314,7 +348,7 @@ def strided_gemm_source(spec: GemmSpec) -> str:
     ]
     params += _extra_params(spec)
     params += ["__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K"]
-    store = "\n        ".join(_scalar_epilogue(spec, "acc[i][j]") + ["C[m * N + n] = r;"])
+    store = "\n        ".join(_scalar_epilogue(spec, "acc[i][j]") + [f"C[{c_index(spec, 'm', 'n')}] = r;"])
     return f"""{PREAMBLE}{helpers_for([epilogue])}
 __kernel void {spec.kernel_name}(
     {(","+chr(10)+"    ").join(params)})
@@ -379,7 +413,7 @@ def tiled_gemm_source(spec: GemmSpec) -> str:
         f"__global const float* restrict B, const {idx} offB, const {idx} sbk, const {idx} sbn, const {idx} sbb",
         *_extra_params(spec), "__global float* restrict C", f"const {idx} M, const {idx} N, const {idx} K",
     ]
-    store = "\n          ".join(_scalar_epilogue(spec, "acc[i][j]") + ["C[m * N + n] = r;"])
+    store = "\n          ".join(_scalar_epilogue(spec, "acc[i][j]") + [f"C[{c_index(spec, 'm', 'n')}] = r;"])
 
     def tile_load(rows: int, cols: int, fast_cols: str, local: str, value: str) -> str:
         """Items spread over a rows x cols tile, consecutive items along the operand's contiguous dim."""

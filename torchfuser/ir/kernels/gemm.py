@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,9 @@ class GemmSpec(KernelSpec):
     # packed: A [M, C] is this window kernel's result (a depthwise convolution or a pooling), computed a chunk of
     # producer.vector_width channels at a time in registers and never stored
     producer: WindowSpec | None = None
+    # C in eager's channels-first order: rows are output pixels, out_images of them per image, stored
+    # C[m / P][n][m % P] (P = out_images), an NCHW (NCL) convolution result with no copy; 0: C[m][n]
+    out_images: int = 0
 
     kind = "gemm"
 
@@ -95,6 +99,9 @@ class GemmSpec(KernelSpec):
                              "schedule only")
         if self.producer is not None and (self.window is not None or self.k_block % self.producer.vector_width):
             raise ValueError("a window producer: no patches, and K blocks of whole channel chunks")
+        if self.out_images < 0 or self.out_images and self.k_block and self.schedule == "packed":
+            raise ValueError("channels-first results: out_images > 0 and K in one block (partial sums go through C "
+                             "in rows)")
         if self.epilogue.n_inputs < 1 or self.epilogue.input_dtypes[0] != self.dtype:
             raise ValueError("epilogue input 0 is the accumulator")
         if len(self.epilogue.outputs) != 1:
@@ -115,6 +122,7 @@ class GemmSpec(KernelSpec):
             f"{f' {self.window.text()}' if self.window is not None else ''}\n"
             f"{self.epilogue.text()}"
             f"{f'{chr(10)}producer {self.producer.key_text()}' if self.producer is not None else ''}"
+            f"{f'{chr(10)}channels-first images of {self.out_images}' if self.out_images else ''}"
         )
 
 
@@ -128,16 +136,28 @@ class GemmKernel(FusedKernel):
     kind = "gemm"
 
     def __init__(self, epilogue: Program, group: int, window: Window | None = None,
-                 producer: WindowKernel | None = None):
+                 producer: WindowKernel | None = None, channels_first: tuple | None = None):
         super().__init__(group)
         if window is not None and producer is not None:
             raise ValueError("A is a convolution's patches or a window kernel's result, not both")
         self.epilogue = epilogue
         self.window = window  # a: a channels-last input whose patches are A (a convolution)
         self.producer = producer
+        # the result as eager's NCHW (NCL) convolution result: rows are the pixels of images of these spatial
+        # sizes, stored [images, N, *spatial] (GemmSpec.out_images); None: [M, N]
+        self.channels_first = tuple(channels_first) if channels_first is not None else None
         # B back as the convolution's weight, for PyTorch's convolution (the reference, the extern variant)
         self.conv_weight = (ConvWeightFromMatrix(window.kernel_h, window.kernel_w, window.channels)
                             if window is not None else None)
+
+    @property
+    def out_images(self) -> int:
+        """Pixels per image of a channels-first result (0: row-major)."""
+        return math.prod(self.channels_first) if self.channels_first is not None else 0
+
+    def channels_first_shape(self, batch: int, m: int, n: int) -> tuple:
+        """The channels-first result of `batch` products of [m, n]: images of out_images rows each."""
+        return (batch * m // self.out_images, n, *self.channels_first)
 
     def mnk(self, inputs) -> tuple:
         """(M, K, N) of these inputs."""
@@ -165,7 +185,12 @@ class GemmKernel(FusedKernel):
             acc = self.window.convolve(a, self.conv_weight(b))
         else:
             acc = torch.matmul(a, b)
-        return run_program(self.epilogue, [acc, *extras])[0].contiguous()
+        result = run_program(self.epilogue, [acc, *extras])[0]
+        if self.channels_first is not None:
+            *batch, m, n = result.shape
+            result = result.reshape(-1, self.out_images, n).transpose(1, 2).reshape(
+                self.channels_first_shape(math.prod(batch), m, n))
+        return result.contiguous()
 
     @staticmethod
     def shape_key(inputs) -> tuple:

@@ -1,0 +1,97 @@
+"""gemm_result_channels_first: a convolution's GEMM whose result only pointwise kernels read in eager's NCHW (NCL)
+order stores it so (no copy into eager's layout); in kernels, as eager, in every GEMM schedule."""
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import torchfuser
+from eager_compare import assert_close
+from torchfuser.ir.kernels import GemmKernel
+from torchfuser.ir.program import ProgramBuilder
+from torchfuser.runtime import gemm_launch
+
+
+def compiled(fn, *inputs):
+    torch._dynamo.reset()
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        out = torchfuser.compile(fn)(*inputs)
+    return out, reports[-1]
+
+
+def stats(report) -> dict:
+    return {p.name: p.stats for p in report.passes}["gemm_result_channels_first"]
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv2d(7, 13, 1), (2, 7, 5, 9)),          # a bmm per image (an NCHW input read in place)
+    (nn.Conv2d(5, 40, 3, padding=1), (3, 5, 6, 7)),  # implicit patches of a channels-last copy: a plain mm
+    (nn.Conv1d(6, 10, 3, padding=1), (2, 6, 13)),
+])
+def test_a_convolutions_result_is_stored_in_eagers_layout(conv, shape):
+    torch.manual_seed(0)
+    block = nn.Sequential(conv, nn.ReLU6()).eval()
+    x = torch.randn(shape) * 4
+    x.view(-1)[3], x.view(-1)[-2] = float("nan"), float("inf")
+    out, report = compiled(block, x)
+    with torch.no_grad():
+        expected = block(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride()
+    assert stats(report)["results_channels_first"] == 1 and stats(report)["copies_dropped"] == 1
+    assert [k.kind for k in report.kernels].count("gemm") == 1
+
+
+def test_a_residual_read_in_nchw_reads_the_result_in_place():
+    """MobileNetV2's last projection adds the block's NCHW input: the add kernel reads both contiguously."""
+    torch.manual_seed(0)
+    proj = nn.Conv2d(24, 8, 1).eval()
+    fn = lambda x, y: x + proj(y)  # noqa: E731
+    x, y = torch.randn(2, 8, 7, 9), torch.randn(2, 24, 7, 9).contiguous(memory_format=torch.channels_last)
+    out, report = compiled(fn, x, y)
+    assert_close(out, fn(x, y))
+    assert stats(report)["results_channels_first"] == 1 and stats(report)["copies_dropped"] == 0
+    assert [k.kind for k in report.kernels][-2:] == ["gemm", "pointwise"]  # after the copy of y (its own)
+
+
+def test_a_deep_k_keeps_its_row_major_result_and_the_copy():
+    """K over the packed schedule's one block (partial sums go through C in rows): left as it was."""
+    torch.manual_seed(0)
+    conv = nn.Conv1d(128, 16, 3, padding=1).eval()  # K = 384
+    x = torch.randn(2, 128, 20)
+    out, report = compiled(conv, x)
+    assert_close(out, conv(x), rtol=1e-4, atol=1e-4)
+    assert stats(report)["results_channels_first"] == 0
+
+
+def _program(n_inputs: int):
+    """in0 + in1 + ... : the accumulator and its extras."""
+    builder = ProgramBuilder(["float32"] * n_inputs)
+    value = 0
+    for i in range(1, n_inputs):
+        value = builder.emit("add", (value, i), "float32")
+    return builder.build([value])
+
+
+@pytest.mark.parametrize("variant", ["default", "rows 8x32", "strided 4x8", "extern", "packed 4x64 k128 r8"])
+@pytest.mark.parametrize("spatial, images, n", [((5, 7), 2, 70), ((4, 8), 3, 32), ((13,), 1, 20)])
+def test_every_schedule_stores_channels_first(variant, spatial, images, n, monkeypatch):
+    """The node on its own, against its reference and PyTorch: tiles across image boundaries and past M, a
+    ragged panel, a per-column bias and a residual in the [M, N] frame."""
+    if variant != "default":
+        monkeypatch.setattr(gemm_launch, "default_variant", lambda *a, **k: gemm_launch.GemmVariant.parse(variant))
+    torch.manual_seed(0)
+    pixels = math.prod(spatial)
+    m, k = images * pixels, 37
+    a, b, bias, residual = torch.randn(m, k), torch.randn(k, n), torch.randn(n), torch.randn(m, n)
+    kernel = GemmKernel(_program(3), 0, channels_first=spatial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a kernel that fails to build runs in PyTorch, with a warning
+        out = kernel(a, b, bias, residual)
+    expected = (a @ b + bias + residual).view(images, pixels, n).transpose(1, 2).reshape(images, n, *spatial)
+    assert out.shape == expected.shape and out.is_contiguous()
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert_close(out, kernel.reference(a, b, bias, residual), rtol=1e-4, atol=1e-4)

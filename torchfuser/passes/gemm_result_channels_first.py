@@ -1,0 +1,123 @@
+"""gemm_result_channels_first: a convolution's GEMM whose result is read in eager's NCHW (NCL) order stores it so.
+
+Rule: `tf_gemm` (a plain mm, [M, N] with M = images x pixels, or a bmm of one image per product) read only through `view` to [B, H, W, N] ([B, L, N])
+and `permute`s that make NCHW (NCL) of it, where every reader of that permute is a pointwise kernel whose result is contiguous
+(eager's layout: the graph's output, a residual add against an NCHW input). The GEMM then stores C[m / HW][n]
+[m % HW] (GemmSpec.out_images): the pointwise kernels read it contiguously instead of across channels-last
+memory, and a pointwise kernel that only copies it into eager's layout is dropped. A convolution between two
+others keeps its channels-last result (channels_last_between_convs): its readers are other GEMMs and windows.
+
+Preconditions: float32 (the kernels' own); K of at most MAX_DEPTH (the packed schedule then runs K in one
+block: partial sums of K blocks go through C in rows); the readers' results contiguous, of the permute's shape.
+On devices
+without a packed schedule the GEMM still stores channels-first (its other schedules store element by element).
+
+    before:  g = tf_gemm_group3(a, b, bias); v = view(g, [4, 56, 56, 32]); p = permute(v, [0, 3, 1, 2])
+             y = tf_pointwise_group4(x, p)                                            # x + p, NCHW result
+    after:   g = tf_gemm_group3(a, b, bias)                                           # [4, 32, 56, 56]
+             y = tf_pointwise_group4(x, g)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from torchfuser.ir.aten import RESHAPES
+from torchfuser.ir.kernels import GemmKernel, PointwiseKernel
+from torchfuser.lowering.from_aten import tensor_meta
+from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node
+
+aten = torch.ops.aten
+ORDERS = {2: [0, 3, 1, 2], 1: [0, 2, 1]}  # spatial dims -> the permute from channels-last to eager's order
+MAX_DEPTH = 256  # K the packed schedule takes in one block (its deepest K block)
+
+
+def gemm_result_channels_first(gm: fx.GraphModule) -> PassResult:
+    before = count_ops(gm)
+    rewritten, erased = 0, []
+    for node in list(gm.graph.nodes):
+        match = _match(node)
+        if match is None:
+            continue
+        views, permute, spatial, copies = match
+        gemm: GemmKernel = node.target
+        kernel = GemmKernel(gemm.epilogue, gemm.group, gemm.window, gemm.producer, channels_first=spatial)
+        result = insert_fused_node(gm, kernel, list(node.args), [node, *views, *copies],
+                                   torch.empty_like(tensor_meta(permute), memory_format=torch.contiguous_format))
+        for copy in copies:
+            copy.replace_all_uses_with(result)
+        permute.replace_all_uses_with(result)
+        erased += [node, *views, *copies]
+        rewritten += 1
+    if erased:
+        erase_nodes(gm, erased)
+    return PassResult(gm, rewritten > 0, {"results_channels_first": rewritten, "copies_dropped": sum(
+        1 for n in erased if isinstance(n.target, PointwiseKernel)), "nodes_before": before,
+        "nodes_after": count_ops(gm)})
+
+
+def _match(node: fx.Node) -> tuple | None:
+    """(the view and permutes after node, the last permute, spatial sizes, the readers that only copy) where node
+    is such a GEMM, else None."""
+    if not (node.op == "call_function" and isinstance(node.target, GemmKernel) and node.target.channels_first is None):
+        return None
+    meta = tensor_meta(node)
+    if meta is None or meta.dim() not in (2, 3) or meta.dtype != torch.float32 or len(node.users) != 1:
+        return None
+    if _depth(node) > MAX_DEPTH:
+        return None  # K in blocks: their partial sums go through C in rows
+    (view,) = node.users
+    if view.target not in RESHAPES or len(view.users) != 1:
+        return None
+    shape = list(tensor_meta(view).shape)
+    spatial = shape[1:-1]
+    # rows are whole images: a plain mm's M, or each of a bmm's per-image products
+    if (len(spatial) not in ORDERS or shape[-1] != meta.shape[-1] or math.prod(shape[:-1]) != meta.shape[:-1].numel()
+            or meta.shape[-2] % math.prod(spatial)):
+        return None
+    permutes, order = [], list(range(len(shape)))
+    (permute,) = view.users
+    while permute.target is aten.permute.default:  # a chain of permutes (to NCL, back, again ...) composed
+        permutes.append(permute)
+        order = [order[d] for d in permute.args[1]]
+        if len(permute.users) != 1 or next(iter(permute.users)).target is not aten.permute.default:
+            break
+        (permute,) = permute.users
+    if not permutes or order != ORDERS[len(spatial)]:
+        return None
+    permute = permutes[-1]
+    target = tensor_meta(permute)
+    readers = list(permute.users)
+    if not readers or not all(_contiguous_pointwise(r, target) for r in readers):
+        return None
+    copies = [r for r in readers if _copies(r)]
+    return [view, *permutes], permute, tuple(spatial), copies
+
+
+def _depth(node: fx.Node) -> int:
+    """K of a GEMM node: its A's last dim, a convolution's window depth, a producer's channels."""
+    gemm: GemmKernel = node.target
+    if gemm.producer is not None:
+        return gemm.producer.window.channels
+    if gemm.window is not None:
+        return gemm.window.depth
+    return tensor_meta(node.args[0]).shape[-1]
+
+
+def _contiguous_pointwise(node: fx.Node, shape_of: torch.Tensor) -> bool:
+    """A pointwise kernel whose result is contiguous with the permuted GEMM result's shape."""
+    if node.op != "call_function" or not isinstance(node.target, PointwiseKernel):
+        return False
+    results = node.meta.get("val")
+    results = results if isinstance(results, (tuple, list)) else [results]
+    return all(isinstance(r, torch.Tensor) and r.shape == shape_of.shape and r.is_contiguous() for r in results)
+
+
+def _copies(node: fx.Node) -> bool:
+    """A pointwise kernel that only copies its one input (into eager's layout)."""
+    program = node.target.program
+    return (program.n_inputs == 1 and not program.instrs and list(program.outputs) == [0]
+            and len(node.args) == 1 and program.output_dtypes[0] == program.input_dtypes[0])
