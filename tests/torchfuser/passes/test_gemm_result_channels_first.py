@@ -1,5 +1,5 @@
-"""gemm_result_channels_first: a convolution's GEMM whose result only pointwise kernels read in eager's NCHW (NCL)
-order stores it so (no copy into eager's layout); in kernels, as eager, in every GEMM schedule."""
+"""gemm_result_channels_first: a convolution's GEMM whose result is only copied into eager's NCHW (NCL) layout
+stores it so, and the copy goes; in kernels, as eager, in every GEMM schedule."""
 
 import math
 import warnings
@@ -45,15 +45,16 @@ def test_a_convolutions_result_is_stored_in_eagers_layout(conv, shape):
     assert [k.kind for k in report.kernels].count("gemm") == 1
 
 
-def test_a_residual_read_in_nchw_reads_the_result_in_place():
-    """MobileNetV2's last projection adds the block's NCHW input: the add kernel reads both contiguously."""
+def test_a_residual_add_in_nchw_reads_the_channels_last_result():
+    """MobileNetV2's last projection adds the block's NCHW input: the add kernel reads the GEMM's channels-last
+    result across (cheaper than the GEMM storing columns of pixels), and computes the NCHW result itself."""
     torch.manual_seed(0)
     proj = nn.Conv2d(24, 8, 1).eval()
     fn = lambda x, y: x + proj(y)  # noqa: E731
     x, y = torch.randn(2, 8, 7, 9), torch.randn(2, 24, 7, 9).contiguous(memory_format=torch.channels_last)
     out, report = compiled(fn, x, y)
     assert_close(out, fn(x, y))
-    assert stats(report)["results_channels_first"] == 1 and stats(report)["copies_dropped"] == 0
+    assert stats(report)["results_channels_first"] == 0
     assert [k.kind for k in report.kernels][-2:] == ["gemm", "pointwise"]  # after the copy of y (its own)
 
 
