@@ -10,7 +10,7 @@ does more than copy (a residual add against an NCHW input) keeps reading the cha
 column of pixels at a time costs the GEMM more than that kernel's transposing read (MobileNetV2's last
 projection: +250 us in the GEMM for -110 us in the add).
 
-Preconditions: float32 (the kernels' own); K of at most MAX_DEPTH (the packed schedule then runs K in one
+Preconditions: float32 (the kernels' own); static sizes; K of at most MAX_DEPTH (the packed schedule then runs K in one
 block: partial sums of K blocks go through C in rows).
 
     before:  g = tf_gemm_group0(a, b, bias); v = view(g, [4, 56, 56, 192]); p = permute(v, [0, 3, 1, 2])
@@ -27,6 +27,7 @@ import torch.fx as fx
 
 from torchfuser.ir.aten import RESHAPES
 from torchfuser.ir.kernels import GemmKernel, PointwiseKernel
+from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
 from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fused_node
 
@@ -66,6 +67,9 @@ def _match(node: fx.Node) -> tuple | None:
     meta = tensor_meta(node)
     if meta is None or meta.dim() not in (2, 3) or meta.dtype != torch.float32 or len(node.users) != 1:
         return None
+    inputs = [tensor_meta(a) for a in node.all_input_nodes]
+    if has_symbols([*meta.shape, *(d for t in inputs if t is not None for d in t.shape)]):
+        return None  # sizes known at run time only: the spec's out_images is a constant, and no guard is added
     if _depth(node) > MAX_DEPTH:
         return None  # K in blocks: their partial sums go through C in rows
     (view,) = node.users

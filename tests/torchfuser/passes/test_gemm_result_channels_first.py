@@ -96,3 +96,16 @@ def test_every_schedule_stores_channels_first(variant, spatial, images, n, monke
     assert out.shape == expected.shape and out.is_contiguous()
     assert_close(out, expected, rtol=1e-4, atol=1e-4)
     assert_close(out, kernel.reference(a, b, bias, residual), rtol=1e-4, atol=1e-4)
+
+
+def test_a_linears_transposed_copy_is_its_gemms_store():
+    """Not only convolutions: `linear(x).transpose(1, 2).contiguous()` (a sequence model handing NCL to a conv)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 48)
+    fn = lambda x: torch.relu(lin(x)).transpose(1, 2).contiguous()  # noqa: E731
+    x = torch.randn(3, 17, 64)
+    out, report = compiled(fn, x)
+    with torch.no_grad():
+        expected = fn(x)
+    assert_close(out, expected)
+    assert out.stride() == expected.stride() and [k.kind for k in report.kernels] == ["gemm"]
