@@ -128,11 +128,11 @@ def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVaria
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False,
-                       channels_first: bool = False) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False
+                       ) -> list[GemmVariant]:
     """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
     schedule; window: a convolution's implicit patches (the packed schedule only); produced: A made by a window
-    kernel (the packed schedule only); channels_first: the result stored NCHW (OpenCL schedules only)."""
+    kernel (the packed schedule only)."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
