@@ -143,9 +143,17 @@ def elementwise_in_nhwc(graph: fx.Graph, node: fx.Node, last: set) -> fx.Node | 
 
 
 def _entry_copy(node: fx.Node, entered: set) -> bool:
-    """A contiguous clone of a permute that is contiguous already (a convolution's copy of its input)."""
-    return (node.op == "call_function" and node.target is aten.clone.default and node.args[0] in entered
-            and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format)
+    """A contiguous clone of a permute that is contiguous already (a convolution's copy of its input): one of
+    a channels-last result, or of a channels-last graph input (a channels-last model's), that no graph output is."""
+    if not (node.op == "call_function" and node.target is aten.clone.default
+            and node.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format):
+        return False
+    source = node.args[0]
+    if source in entered:
+        return True
+    return (source.target is aten.permute.default and list(source.args[1]) in (TO_NHWC, SWAP_NCL)
+            and source.args[0].op == "placeholder" and tensor_meta(source).is_contiguous()
+            and all(user.op != "output" for user in node.users))
 
 
 def _results(output: fx.Node) -> list:

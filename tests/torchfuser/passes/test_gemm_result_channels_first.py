@@ -55,7 +55,7 @@ def test_a_residual_add_in_nchw_reads_the_channels_last_result():
     out, report = compiled(fn, x, y)
     assert_close(out, fn(x, y))
     assert stats(report)["results_channels_first"] == 0
-    assert [k.kind for k in report.kernels][-2:] == ["gemm", "pointwise"]  # after the copy of y (its own)
+    assert [k.kind for k in report.kernels] == ["gemm", "pointwise"]
 
 
 def test_a_deep_k_keeps_its_row_major_result_and_the_copy():
