@@ -102,6 +102,16 @@ def conv_weight_matrix(graph: fx.Graph, w: fx.Node) -> fx.Node:
     return matrix
 
 
+def copies_nothing(node: fx.Node) -> bool:
+    """A clone whose result lies as its input does (a convolution's copy of an input that is channels-last
+    already): in a functional graph, readers that do not return it may read the input itself."""
+    if not (node.op == "call_function" and node.target is aten.clone.default):
+        return False
+    source, result = node.args[0].meta.get("val"), node.meta.get("val")
+    return (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor) and source.dtype == result.dtype
+            and source.shape == result.shape and source.stride() == result.stride())
+
+
 def count_ops(gm: fx.GraphModule) -> int:
     """Nodes that do work or name a value: everything but placeholders and the output."""
     return sum(1 for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
@@ -115,6 +125,14 @@ def rewrites_done(gm: fx.GraphModule, before: int, stat: str, count: int) -> Pas
         gm.graph.lint()
         gm.recompile()
     return PassResult(gm, count > 0, {stat: count, "nodes_before": before, "nodes_after": count_ops(gm)})
+
+
+def rewrite_each(gm: fx.GraphModule, target, stat: str, rewrite) -> PassResult:
+    """A pass that offers every call of `target` to rewrite(graph, node), which rewrites it and says True, or
+    leaves it and says False; those it rewrote are counted under `stat` (rewrites_done)."""
+    before = count_ops(gm)
+    rewritten = sum(bool(rewrite(gm.graph, node)) for node in [n for n in gm.graph.nodes if n.target is target])
+    return rewrites_done(gm, before, stat, rewritten)
 
 
 def replace_getitems(graph: fx.Graph, node: fx.Node, results: list[fx.Node]) -> None:

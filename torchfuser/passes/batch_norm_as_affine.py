@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, record_unfused, rewrites_done
+from torchfuser.passes.base import PassResult, call_with_value, record_unfused, rewrite_each
 
 aten = torch.ops.aten
 NAME = "batch_norm_as_affine"
@@ -40,16 +40,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def batch_norm_as_affine(gm: fx.GraphModule) -> PassResult:
-    before = count_ops(gm)
-    rewritten = 0
-    for node in [n for n in gm.graph.nodes if n.target is BATCH_NORM]:
-        result = _only_result(node)
-        meta = tensor_meta(node.args[0])
-        if meta is not None and meta.dim() > 2:
-            record_unfused(node, NAME, SPATIAL_REASON)
-        elif result is not None and _rewrite(gm.graph, node, result):
-            rewritten += 1
-    return rewrites_done(gm, before, "batch_norms", rewritten)
+    return rewrite_each(gm, BATCH_NORM, "batch_norms", _rewrite)
 
 
 def _only_result(node: fx.Node) -> fx.Node | None:
@@ -60,11 +51,15 @@ def _only_result(node: fx.Node) -> fx.Node | None:
     return users[0]
 
 
-def _rewrite(graph: fx.Graph, node: fx.Node, result: fx.Node) -> bool:
+def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, weight, bias, mean, var, _momentum, eps = node.args
     meta = tensor_meta(x)
-    if meta is None or meta.dim() < 2 or not meta.dtype.is_floating_point:
+    if meta is not None and meta.dim() > 2:
+        record_unfused(node, NAME, SPATIAL_REASON)
+        return False
+    result = _only_result(node)
+    if result is None or meta is None or meta.dim() < 2 or not meta.dtype.is_floating_point:
         return False
     if any(tensor_meta(t) is None or tensor_meta(t).dim() != 1 for t in (mean, var)):
         return False

@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from torchfuser.ir.layout import channels_innermost
 from torchfuser.lowering.from_aten import POINTWISE, tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, constant_at, count_ops, fake_result
+from torchfuser.passes.base import PassResult, call_with_value, constant_at, copies_nothing, count_ops, fake_result
 
 aten = torch.ops.aten
 NAME = "channels_last_between_convs"
@@ -151,8 +151,7 @@ def _entry_copy(node: fx.Node, entered: set) -> bool:
     source = node.args[0]
     if source in entered:
         return True
-    return (source.target is aten.permute.default and list(source.args[1]) in (TO_NHWC, SWAP_NCL)
-            and source.args[0].op == "placeholder" and tensor_meta(source).is_contiguous()
+    return (source.target is aten.permute.default and source.args[0].op == "placeholder" and copies_nothing(node)
             and all(user.op != "output" for user in node.users))
 
 

@@ -32,7 +32,7 @@ import torch.fx as fx
 
 from torchfuser.ir.weights import FoldedBatchNorm
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, count_ops, rewrites_done
+from torchfuser.passes.base import PassResult, rewrite_each
 
 aten = torch.ops.aten
 NAME = "fold_batch_norm"
@@ -44,14 +44,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def fold_batch_norm(gm: fx.GraphModule) -> PassResult:
-    before = count_ops(gm)
-    folded = 0
-    for node in [n for n in gm.graph.nodes if n.target is BATCH_NORM]:
-        result = _foldable(node)
-        if result is not None:
-            _fold(gm.graph, node, result)
-            folded += 1
-    return rewrites_done(gm, before, "folded", folded)
+    return rewrite_each(gm, BATCH_NORM, "folded", _fold)
 
 
 def _foldable(node: fx.Node) -> fx.Node | None:
@@ -73,7 +66,10 @@ def _foldable(node: fx.Node) -> fx.Node | None:
     return users[0]
 
 
-def _fold(graph: fx.Graph, node: fx.Node, result: fx.Node) -> None:
+def _fold(graph: fx.Graph, node: fx.Node) -> bool:
+    result = _foldable(node)
+    if result is None:
+        return False
     conv = node.args[0]
     gamma, beta, mean, var, _momentum, eps = node.args[1:7]
     weight, bias = conv.args[1], conv.args[2]
@@ -92,3 +88,4 @@ def _fold(graph: fx.Graph, node: fx.Node, result: fx.Node) -> None:
     result.replace_all_uses_with(new_conv)
     for dead in (result, node, conv):
         graph.erase_node(dead)
+    return True

@@ -19,17 +19,15 @@ on other devices the node runs as its reference, the window and the matmul in Py
 
 from __future__ import annotations
 
-import torch
 import torch.fx as fx
 
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import GemmKernel, WindowKernel
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import (PassResult, count_ops, erase_nodes, insert_fused_node, next_group_id,
-                                    record_unfused, rewrites_done)
+from torchfuser.passes.base import (PassResult, copies_nothing, count_ops, erase_nodes, insert_fused_node,
+                                    next_group_id, record_unfused, rewrites_done)
 
 NAME = "fuse_window_into_gemm"
-aten = torch.ops.aten
 
 
 def fuse_window_into_gemm(gm: fx.GraphModule) -> PassResult:
@@ -66,21 +64,11 @@ def _plain_gemm(node: fx.Node) -> bool:
             and target.producer is None)
 
 
-def _moves_nothing(node: fx.Node) -> bool:
-    """A copy whose result lies as its input does (a convolution's copy of an input that is channels-last
-    already): in a functional graph read by one view chain, the input itself serves."""
-    if node.target is not aten.clone.default:
-        return False
-    source, result = tensor_meta(node.args[0]), tensor_meta(node)
-    return (source is not None and result is not None and source.dtype == result.dtype
-            and tuple(source.shape) == tuple(result.shape) and source.stride() == result.stride())
-
-
 def _producer_chain(gemm: fx.Node) -> tuple[fx.Node, list[fx.Node]] | str:
     """(the window node, the view nodes from it to A in graph order), or why not ("" when A is no window's)."""
     views = []
     a = gemm.args[0]
-    while isinstance(a, fx.Node) and a.op == "call_function" and (a.target in VIEW_OPS or _moves_nothing(a)):
+    while isinstance(a, fx.Node) and a.op == "call_function" and (a.target in VIEW_OPS or copies_nothing(a)):
         if len(a.users) != 1:
             return ""
         views.append(a)

@@ -33,7 +33,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, replace_getitems, rewrites_done
+from torchfuser.passes.base import PassResult, call_with_value, replace_getitems, rewrite_each
 from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
@@ -51,13 +51,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def group_norm_as_layer_norm(gm: fx.GraphModule) -> PassResult:
-    before = count_ops(gm)
-    rewritten = 0
-    for node in [n for n in gm.graph.nodes if n.target is GROUP_NORM]:
-        if _applies(node):
-            _rewrite(gm.graph, node)
-            rewritten += 1
-    return rewrites_done(gm, before, "group_norms", rewritten)
+    return rewrite_each(gm, GROUP_NORM, "group_norms", _rewrite)
 
 
 def _applies(node: fx.Node) -> bool:
@@ -67,7 +61,9 @@ def _applies(node: fx.Node) -> bool:
             and all(u.target is operator.getitem for u in node.users))
 
 
-def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
+    if not _applies(node):
+        return False
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, weight, bias, n, c, _positions, groups, eps = node.args
     shape = list(tensor_meta(x).shape)
@@ -83,3 +79,4 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
             out = call(aten.add.Tensor, (out, call(aten.view.default, (bias, per_channel))))
         results = [out] + [call(aten.view.default, (p, [n, groups])) for p in parts[1:]]
     replace_getitems(graph, node, results)
+    return True

@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from torchfuser.ir.symbolic import has_symbols
 from torchfuser.lowering.from_aten import tensor_meta
-from torchfuser.passes.base import PassResult, call_with_value, count_ops, replace_getitems, rewrites_done
+from torchfuser.passes.base import PassResult, call_with_value, replace_getitems, rewrite_each
 
 aten = torch.ops.aten
 NAME = "layer_norm_over_last_dim"
@@ -42,13 +42,7 @@ def handles(node: fx.Node) -> bool:
 
 
 def layer_norm_over_last_dim(gm: fx.GraphModule) -> PassResult:
-    before = count_ops(gm)
-    rewritten = 0
-    for node in [n for n in gm.graph.nodes if n.target is LAYER_NORM]:
-        if _applies(node):
-            _rewrite(gm.graph, node)
-            rewritten += 1
-    return rewrites_done(gm, before, "layer_norms", rewritten)
+    return rewrite_each(gm, LAYER_NORM, "layer_norms", _rewrite)
 
 
 def _applies(node: fx.Node) -> bool:
@@ -64,7 +58,9 @@ def _applies(node: fx.Node) -> bool:
     return all(sizes[i] == 1 or strides[i] == strides[i + 1] * sizes[i + 1] for i in range(k - 1))
 
 
-def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
+def _rewrite(graph: fx.Graph, node: fx.Node) -> bool:
+    if not _applies(node):
+        return False
     call = partial(call_with_value, graph)  # a node with its fake value, at the insert point
     x, shape, weight, bias, eps = node.args
     full = list(tensor_meta(x).shape)
@@ -76,3 +72,4 @@ def _rewrite(graph: fx.Graph, node: fx.Node) -> None:
         results = [call(aten.view.default, (parts[0], full))]
         results += [call(aten.view.default, (p, [*outer] + [1] * len(shape))) for p in parts[1:]]
     replace_getitems(graph, node, results)
+    return True

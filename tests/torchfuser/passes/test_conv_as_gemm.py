@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 import torchfuser
-from eager_compare import assert_close
+from eager_compare import assert_close, compiled
 from torchfuser.passes import PIPELINE
 from torchfuser.passes.conv_as_gemm import NAME, register, unregister
 from torchfuser.runtime import gemm_launch
@@ -40,13 +40,6 @@ def test_patch_embeddings_stay_in_pytorch_by_default():
 def test_in_the_default_pipeline_after_folding_and_before_the_concatenation_and_gemm_passes():
     assert PIPELINE.index("fold_batch_norm") < PIPELINE.index(NAME) < PIPELINE.index("cat_as_last_dim")
     assert PIPELINE.index(NAME) < PIPELINE.index("merge_sibling_gemms")
-
-
-def compiled(model, x):
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(model)(x)
-    return out, reports[-1]
 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5, 7])

@@ -9,15 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-import torchfuser
-from eager_compare import assert_close
-
-
-def compiled(fn, *inputs):
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(fn)(*inputs)
-    return out, reports[-1]
+from eager_compare import assert_close, compiled
 
 
 def rewritten(report) -> int:

@@ -8,17 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-import torchfuser
-from eager_compare import assert_close
+from eager_compare import assert_close, compiled
 from torchfuser.ir.kernels import GemmKernel, Window, WindowKernel
 from torchfuser.ir.program import ProgramBuilder
-
-
-def compiled(fn, *inputs):
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(fn)(*inputs)
-    return out, reports[-1]
 
 
 def fused(report) -> int:
@@ -144,8 +136,7 @@ def test_pass_can_be_switched_off():
     torch.manual_seed(0)
     block = inverted_residual(8, 32, 3, 1, 1)
     x = torch.randn(2, 8, 6, 6)
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(block, disable=["fuse_window_into_gemm"])(x)
-    assert_close(out, block(x))
-    assert "window" in kinds(reports[-1])
+    out, report = compiled(block, x, disable=["fuse_window_into_gemm"])
+    with torch.no_grad():
+        assert_close(out, block(x))
+    assert "window" in kinds(report)

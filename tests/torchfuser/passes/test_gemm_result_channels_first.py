@@ -8,18 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-import torchfuser
-from eager_compare import assert_close
+from eager_compare import assert_close, compiled
 from torchfuser.ir.kernels import GemmKernel
 from torchfuser.ir.program import ProgramBuilder
 from torchfuser.runtime import gemm_launch
-
-
-def compiled(fn, *inputs):
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(fn)(*inputs)
-    return out, reports[-1]
 
 
 def stats(report) -> dict:

@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchfuser
-from eager_compare import assert_close
+from eager_compare import assert_close, compiled
 
 POOLS = {
     "max 3 stride 2 pad 1": lambda x: F.max_pool2d(x, 3, 2, 1),
@@ -20,13 +19,6 @@ POOLS = {
     "avg1d 4": lambda x: F.avg_pool1d(x.flatten(2), 4),
     "max then scale": lambda x: F.max_pool2d(x, 2) * 2 + 1,
 }
-
-
-def compiled(fn, x):
-    torch._dynamo.reset()
-    with torch.no_grad(), torchfuser.collect_reports() as reports:
-        out = torchfuser.compile(fn)(x)
-    return out, reports[-1]
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "3-d"])
