@@ -53,7 +53,10 @@ class WorkerLinger:
                                 options="")
         polls = self._polls_for(program, buffer, LINGER_SECONDS)
         self.kernel = cl.Kernel(program, "linger")
-        self.kernel.set_args(buffer, np.int32(0), np.int32(polls))  # the generation is set at each enqueue
+        # declared scalar types: pyopencl's untyped set_arg of a scalar first tries it as a buffer and
+        # catches the C++ exception, microseconds on every enqueue
+        self.kernel.set_scalar_arg_dtypes([None, np.int32, np.int32])
+        self.polls = polls
         self._buffer = buffer  # set_args does not keep it alive
         self.workers = device.cl_device.max_compute_units
         self.pending = False  # a linger was enqueued and no release has followed
@@ -65,7 +68,7 @@ class WorkerLinger:
         import pyopencl as cl
 
         self.release()
-        self.kernel.set_arg(1, np.int32(self.flag[0]))  # an enqueue takes the arguments as they are then
+        self.kernel.set_args(self._buffer, int(self.flag[0]), self.polls)  # an enqueue takes the arguments as they are then
         cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (self.workers,), (1,))
         self.pending = True
 
