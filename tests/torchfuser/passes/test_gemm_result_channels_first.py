@@ -50,8 +50,24 @@ def test_a_residual_add_in_nchw_reads_the_channels_last_result():
     assert [k.kind for k in report.kernels] == ["gemm", "pointwise"]
 
 
-def test_a_deep_k_keeps_its_row_major_result_and_the_copy():
-    """K over the packed schedule's one block (partial sums go through C in rows): left as it was."""
+def test_a_k_deeper_than_a_k_block_runs_in_one_block_channels_first():
+    """K = 384, over the packed variants' K blocks: the GEMM runs K in one block and stores NCL itself."""
+    torch.manual_seed(0)
+    conv = nn.Conv1d(128, 16, 3, padding=1).eval()
+    x = torch.randn(2, 128, 20)
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        expected = conv(x)
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert out.stride() == expected.stride()
+    assert stats(report)["results_channels_first"] == 1
+
+
+def test_a_k_deeper_than_max_depth_keeps_its_row_major_result_and_the_copy(monkeypatch):
+    """K over MAX_DEPTH (a panel too deep for L2 in one block): left as it was, K in blocks."""
+    from torchfuser.passes import gemm_result_channels_first as channels_first
+
+    monkeypatch.setattr(channels_first, "MAX_DEPTH", 256)
     torch.manual_seed(0)
     conv = nn.Conv1d(128, 16, 3, padding=1).eval()  # K = 384
     x = torch.randn(2, 128, 20)
