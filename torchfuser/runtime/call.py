@@ -147,11 +147,14 @@ class KernelStats:
         self.seconds = 0.0
 
 
+_NOTHING_AHEAD: dict = {}  # what a call outside a plan (or a plan's first) reads ahead: nothing; never written
+
+
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
     __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "steady_unsized",
-                 "planned", "last_event", "claimed")
+                 "planned", "last_event", "claimed", "ahead", "splits")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -165,6 +168,10 @@ class Call:
         self.threaded = False  # the workers have launches the calling thread has not waited for
         self.last_event = None  # the workers' last one
         self.claimed: ClaimedSpan | None = None  # the last launch, if a claimed split: what to wait for
+        # split GEMM bound -> the weights the workers read ahead while they linger behind its part (a plan's
+        # next split GEMM's, as its last call ran them); and this call's split GEMMs with their weights, in order
+        self.ahead: dict = _NOTHING_AHEAD
+        self.splits: list | None = None
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
         self.steady_unsized = False  # the same but for the graph's symbol values
         self.planned = False  # its kernels may write into the plan's planned blocks
@@ -204,6 +211,10 @@ class Call:
                 self._enqueue_threaded(bound)
             else:
                 self._enqueue_here(bound)
+                if bound.lane == SPLIT and launch.spec.kind == "gemm" and isinstance(inputs[1], torch.Tensor):
+                    if self.splits is None:
+                        self.splits = []
+                    self.splits.append((bound, inputs[1]))
             if bound.lane != INLINE:  # the workers may still be writing: host reads wait, inputs stay alive
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                     self.dirty.add(o.data_ptr())
@@ -298,7 +309,7 @@ class Call:
         if linger is not None:
             # the workers, still awake, take their part now; the next linger queues behind it at once: after this
             # thread's part (a GEMV streams megabytes through the caches) the same enqueue costs several times more
-            linger.follow()
+            linger.follow(self.ahead.get(bound))
         device.queue.flush()
         here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
         if cell is not None:

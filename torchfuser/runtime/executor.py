@@ -286,6 +286,7 @@ class Plan:
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
+        self._ahead: dict = {}  # what a call's lingering workers read ahead (Call.ahead), from the last call
 
     def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
         builts = self.built.get((spec, lane, claimed))
@@ -315,6 +316,7 @@ class Plan:
             call.steady = signature == last
             call.steady_unsized = last is not None and signature[0] == last[0]
             call.planned = not self._running  # a re-entrant call must not share the planned blocks
+            call.ahead = self._ahead
         self._last_signature = None
         reentrant, self._running = self._running, True
         try:
@@ -324,6 +326,8 @@ class Plan:
             if call is not None:
                 call.sync()
         self._last_signature = signature
+        if call is not None and (call.splits or self._ahead):  # a plan without split GEMMs keeps none
+            self._ahead = _read_ahead(call.splits or [])
         if call is not None and call.events:
             self._record(call)
         self.calls += 1
@@ -399,6 +403,12 @@ class Plan:
             stats.launches += 1
             stats.profiled += 1
             stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+def _read_ahead(splits: list) -> dict:
+    """Each split GEMM of a call -> the weights (B) of the one after it; the last one's workers read the first's
+    (the next call's) ahead."""
+    return {bound: weights for (bound, _), (_, weights) in zip(splits, splits[1:] + splits[:1])}
 
 
 def _sized_layout(node: fx.Node) -> bool:

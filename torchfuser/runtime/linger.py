@@ -16,6 +16,13 @@ Each linger polls while the flag holds the generation it was enqueued with; a re
 next generation, which ends every linger enqueued before it, started or not, and no later one (a flag that
 flipped between two values ended a linger only if it started before the next flip: one that a late worker
 reached two releases on saw its value back and spun its full length).
+
+While they linger the workers also read ahead: the first AHEAD_BYTES of the next split launch's weights (a
+GEMV's packed B panels; executor.Plan learns the order of its split launches from each call), one load per
+cache line, until they are released. A decode step leaves the workers idle for about half of it (the calling
+thread's own kernels and host work between split GEMVs), and a GEMV that starts on weights just read stalls
+far less than one whose first lines come from memory. The tensor read stays referenced until its linger has
+ended: a linger runs on after the call that enqueued it, on weights the caller may by then have replaced.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 
 import numpy as np
 
+from torchfuser.ir.layout import extent
 from torchfuser.runtime.kernel_cache import build_quietly
 from torchfuser.runtime.memory import ALIGNMENT
 
@@ -31,8 +39,16 @@ from torchfuser.runtime.memory import ALIGNMENT
 # call's preamble on caches a GEMV has just streamed through, a norm in the calling thread): in a loop of decoder
 # blocks at one token the workers are still awake for the next call
 LINGER_SECONDS = 500e-6
+AHEAD_BYTES = 2 << 20  # about a worker core's L2: more would evict the first lines read
+# `ahead`: the address of the bytes to read (zero-copy host memory, which a CPU device's kernels address
+# directly), `lines` of 64 bytes; the flag is looked at every 8 lines
 _SOURCE = """
-__kernel void linger(volatile __global const int* flag, const int generation, const int polls) {
+__kernel void linger(volatile __global const int* flag, const int generation, const int polls, const ulong ahead,
+                     const int lines) {
+  volatile __global const float* next = (volatile __global const float*)ahead;
+  for (int i = 0; i < lines && flag[0] == generation; i += 8) {
+    for (int j = i; j < i + 8 && j < lines; ++j) { (void)next[j * 16]; }
+  }
   for (int i = 0; i < polls && flag[0] == generation; ++i) { }
 }
 """
@@ -55,22 +71,33 @@ class WorkerLinger:
         self.kernel = cl.Kernel(program, "linger")
         # declared scalar types: pyopencl's untyped set_arg of a scalar first tries it as a buffer and
         # catches the C++ exception, microseconds on every enqueue
-        self.kernel.set_scalar_arg_dtypes([None, np.int32, np.int32])
+        self.kernel.set_scalar_arg_dtypes([None, np.int32, np.int32, np.uint64, np.int32])
         self.polls = polls
         self._buffer = buffer  # set_args does not keep it alive
         self.workers = device.cl_device.max_compute_units
         self.pending = False  # a linger was enqueued and no release has followed
+        self._reading: list = []  # (linger event, the tensor it reads ahead), oldest first
 
-    def follow(self) -> None:
+    def follow(self, ahead=None) -> None:
         """Release the running linger (the workers take the part just enqueued) and enqueue the next one behind
-        that part. The caller does it before its own part, not after: an enqueue costs the calling thread
-        several microseconds with its caches warm, several times that after a part that streamed megabytes."""
+        that part, reading `ahead` (a tensor: the next split launch's weights) while it waits. The caller does
+        it before its own part, not after: an enqueue costs the calling thread several microseconds with its
+        caches warm, several times that after a part that streamed megabytes."""
         import pyopencl as cl
 
         self.release()
-        self.kernel.set_args(self._buffer, int(self.flag[0]), self.polls)  # an enqueue takes the arguments as they are then
-        cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (self.workers,), (1,))
+        address = lines = 0
+        if ahead is not None:  # the bytes from its first element to its last (a broadcast view repeats none)
+            span = (extent(ahead) - ahead.storage_offset()) * ahead.element_size()
+            address, lines = ahead.data_ptr(), max(0, min(span, AHEAD_BYTES)) // 64
+        self.kernel.set_args(self._buffer, int(self.flag[0]), self.polls, address, lines)
+        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, (self.workers,), (1,))
         self.pending = True
+        complete = cl.command_execution_status.COMPLETE
+        while self._reading and self._reading[0][0].command_execution_status == complete:
+            del self._reading[0]  # lingers end in queue order
+        if lines:
+            self._reading.append((event, ahead))
 
     def release(self) -> None:
         """End the lingers enqueued so far, running or not: the workers go back to sleep, or on to what is
@@ -85,7 +112,7 @@ class WorkerLinger:
 
         kernel = cl.Kernel(program, "linger")
         probe = 4096
-        kernel.set_args(buffer, np.int32(int(self.flag[0])), np.int32(probe))
+        kernel.set_args(buffer, np.int32(int(self.flag[0])), np.int32(probe), np.uint64(0), np.int32(0))
         queue = self.device.inline.queue
         cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))  # the first launch compiles the work-group function
         best = float("inf")

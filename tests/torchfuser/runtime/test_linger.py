@@ -124,3 +124,62 @@ def test_the_next_linger_is_enqueued_before_the_calling_threads_part(split_every
         assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
     assert order == ["workers", "linger", "here"]
     runtime.release_workers()
+
+
+def test_a_linger_reads_ahead_until_released_and_keeps_what_it_reads_alive_until_it_ends(monkeypatch):
+    monkeypatch.setattr(linger_module, "LINGER_SECONDS", 0.4)
+    device = get_device()
+    Runtime.for_device(device).release_workers()
+    device.queue.finish()
+    linger = WorkerLinger(device)
+    weights = torch.randn(4 << 20)  # 16 MiB: more than it reads (AHEAD_BYTES)
+    linger.follow(weights)
+    assert linger._reading[-1][1] is weights  # referenced while the workers may still read it
+    device.queue.flush()
+    linger.release()
+    started = time.perf_counter()
+    device.queue.finish()
+    assert time.perf_counter() - started < 0.1  # released: it stops reading and polling at once
+    linger.follow()
+    assert linger._reading == []  # the linger that read it has ended: the reference goes
+    linger.release()
+    device.queue.finish()
+
+
+def test_a_broadcast_view_is_read_ahead_only_as_far_as_its_memory_reaches():
+    """extent, not numel: a stride-0 view of one float spans 4 bytes (less than a line: nothing to read)."""
+    device = get_device()
+    Runtime.for_device(device).release_workers()
+    linger = WorkerLinger(device)
+    linger.follow(torch.zeros(1).expand(1 << 22))
+    assert linger._reading == []
+    linger.release()
+    device.queue.finish()
+
+
+def test_each_split_gemm_lingers_reading_the_next_ones_weights(split_everything, monkeypatch):
+    """Three split GEMMs: behind each one's workers' part the linger reads the next one's weights (B) as the
+    call before ran them, the last one the first's (the next call's); results agree with eager on every call."""
+    runtime = Runtime.for_device(get_device())
+    read = []
+    follow = WorkerLinger.follow
+
+    def recording(self, ahead=None):
+        read.append(ahead)
+        return follow(self, ahead)
+
+    monkeypatch.setattr(WorkerLinger, "follow", recording)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(768, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.Linear(512, 768)).eval()
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        for _ in range(3):
+            read.clear()
+            x = torch.randn(1, 768)
+            assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    plan = torchfuser.last_report().plan
+    weights = list(plan._ahead.values())  # the next call's: the second, the third, then the first GEMM's B
+    assert len(read) == 3 and all(a is not None for a in read)
+    assert [a.data_ptr() for a in read] == [w.data_ptr() for w in weights]
+    assert [w.shape[-2] for w in weights] == [1024, 512, 768]  # K of the GEMM each one feeds
+    runtime.release_workers()
