@@ -183,3 +183,22 @@ def test_each_split_gemm_lingers_reading_the_next_ones_weights(split_everything,
     assert [a.data_ptr() for a in read] == [w.data_ptr() for w in weights]
     assert [w.shape[-2] for w in weights] == [1024, 512, 768]  # K of the GEMM each one feeds
     runtime.release_workers()
+
+
+def test_weights_replaced_between_calls_while_lingers_read_the_old_ones(split_everything):
+    """Each call's lingers read the next GEMM's packed weights; the caller then gives the layers new weight
+    storage (the old packed copies go): results follow the new weights, as eager's do, on every call."""
+    import gc
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(768, 3072), nn.Linear(3072, 768)).eval()
+    with torch.no_grad():
+        compiled = torchfuser.compile(model)
+        for _ in range(4):
+            x = torch.randn(1, 768)
+            assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-3)
+            model[0].weight.data = torch.randn(3072, 768) * 0.02
+            model[1].weight.data = torch.randn(768, 3072) * 0.02
+            gc.collect()
+    assert [k.lane for k in torchfuser.last_report().kernels] == [SPLIT, SPLIT]
+    Runtime.for_device(get_device()).release_workers()
