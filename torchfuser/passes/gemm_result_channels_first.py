@@ -34,7 +34,7 @@ from torchfuser.passes.base import PassResult, count_ops, erase_nodes, insert_fu
 aten = torch.ops.aten
 ORDERS = {2: [0, 3, 1, 2], 1: [0, 2, 1]}  # spatial dims -> the permute from channels-last to eager's order
 # The deepest K run in one block: a 32-column panel of 4096 rows (512 KiB) stays in L2. Convolutions of K = 1152
-# (Whisper's second conv1d) and 3072 ran faster so than in K blocks followed by the transposing copy.
+# (Whisper's second conv1d) and 3072 ran faster in one block than in K blocks followed by the transposing copy.
 MAX_DEPTH = 4096
 
 

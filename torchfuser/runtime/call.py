@@ -147,9 +147,6 @@ class KernelStats:
         self.seconds = 0.0
 
 
-_NOTHING_AHEAD: dict = {}  # what a call outside a plan (or a plan's first) reads ahead: nothing; never written
-
-
 class Call:
     """State of one call: pending launches and what they keep alive."""
 
@@ -170,8 +167,8 @@ class Call:
         self.claimed: ClaimedSpan | None = None  # the last launch, if a claimed split: what to wait for
         # split GEMM bound -> the weights the workers read ahead while they linger behind its part (a plan's
         # next split GEMM's, as its last call ran them); and this call's split GEMMs with their weights, in order
-        self.ahead: dict = _NOTHING_AHEAD
-        self.splits: list | None = None
+        self.ahead: dict = {}
+        self.splits: list = []
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
         self.steady_unsized = False  # the same but for the graph's symbol values
         self.planned = False  # its kernels may write into the plan's planned blocks
@@ -212,8 +209,6 @@ class Call:
             else:
                 self._enqueue_here(bound)
                 if bound.lane == SPLIT and launch.spec.kind == "gemm" and isinstance(inputs[1], torch.Tensor):
-                    if self.splits is None:
-                        self.splits = []
                     self.splits.append((bound, inputs[1]))
             if bound.lane != INLINE:  # the workers may still be writing: host reads wait, inputs stay alive
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address

@@ -326,8 +326,8 @@ class Plan:
             if call is not None:
                 call.sync()
         self._last_signature = signature
-        if call is not None and (call.splits or self._ahead):  # a plan without split GEMMs keeps none
-            self._ahead = _read_ahead(call.splits or [])
+        if call is not None:
+            self._ahead = _read_ahead(call.splits)
         if call is not None and call.events:
             self._record(call)
         self.calls += 1
