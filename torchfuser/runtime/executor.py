@@ -326,7 +326,7 @@ class Plan:
             if call is not None:
                 call.sync()
         self._last_signature = signature
-        if call is not None:
+        if call is not None and (call.splits or self._ahead):  # most small plans split nothing: no work per call
             self._ahead = _read_ahead(call.splits)
         if call is not None and call.events:
             self._record(call)
