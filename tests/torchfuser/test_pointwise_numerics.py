@@ -128,6 +128,27 @@ def test_short_transposed_rows_run_in_blocks_of_rows(shape):
     assert f"rows={shape[1]} " in kernel.spec and "block=16" in kernel.spec, kernel.spec
 
 
+@pytest.mark.parametrize("kh, kw", [(19, 12), (16, 8)])
+def test_many_short_rows_read_along_the_row_run_in_blocks_of_rows(kh, kw):
+    """A patch embedding's patches (NCHW cut into kh x kw tiles, each copied in (C, KH, KW) order) are short rows
+    that every operand reads along the row: a work-item computes a block of 16 of them, row after row, the last
+    block of each run of kh rows cut short where kh is not a multiple of 16; an operand along the row and one per
+    outermost index, inf and nan too."""
+    def fn(x, scale, bias):
+        n, c, h, w = x.shape
+        tiles = x.view(n, c, h // kh, kh, w // kw, kw).permute(0, 2, 4, 1, 3, 5)
+        return tiles.contiguous() * scale + bias
+
+    x = torch.randn(2, 3, 5 * kh, 10 * kw)  # 2 * 5 * 10 * 3 * kh rows: enough to block
+    x.view(-1)[::5] = float("nan")
+    x.view(-1)[2::9] = float("-inf")
+    scale, bias = torch.randn(kw), torch.randn(2, 1, 1, 1, 1, 1)
+    out = compiled(fn)(x, scale, bias)
+    assert_close(out, fn(x, scale, bias))
+    (kernel,) = torchfuser.last_report().kernels
+    assert f"rows={kw} " in kernel.spec and "block=16" in kernel.spec, kernel.spec
+
+
 def test_transposed_inputs_keep_eager_strides():
     def fn(a):
         return torch.exp(a) + 1

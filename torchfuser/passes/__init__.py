@@ -22,7 +22,7 @@ from torchfuser.passes.pipeline import (
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
 # inference batch norm after a convolution folded into its weights (made once per weight version)
 register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
-# dense convolutions as GEMMs over their patches, read in place (but patch embeddings: PyTorch's is faster)
+# dense convolutions as GEMMs over their patches, read in place (a patch embedding's: one reordering copy)
 register_pass("conv_as_gemm", conv_as_gemm.conv_as_gemm, handles=conv_as_gemm.handles)
 # 1x1 stride-1 convolutions as plain GEMMs over their channels-last input (what conv_as_gemm takes first; with
 # it disabled, these alone)

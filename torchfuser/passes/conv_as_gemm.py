@@ -28,10 +28,8 @@ Grouped, transposed and 3-d convolutions are left to PyTorch, with the reason. T
 with the packed schedule: CPU devices.
 
 In the default pipeline (after fold_batch_norm, before channels_last_between_convs and cat_as_last_dim), for
-every dense convolution but those whose patches tile the input (stride = kernel, ViT's patch embedding: a
-reordering copy and a plain mm, slower than PyTorch's convolution here); `register()` takes those too,
-`unregister()` goes back to the default, `disable=["conv_as_gemm"]` leaves 1x1 stride-1 convolutions to
-pointwise_conv_as_gemm and the others to PyTorch. Off CPUs, the GEMM of a convolution's patches has no schedule
+every dense convolution, patch embeddings (stride = kernel) included; `disable=["conv_as_gemm"]` leaves 1x1
+stride-1 convolutions to pointwise_conv_as_gemm and the others to PyTorch. Off CPUs, the GEMM of a convolution's patches has no schedule
 and runs in PyTorch (named in the report).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
@@ -55,7 +53,6 @@ from torchfuser.passes.base import (
     PassResult, call_with_value, constant_pad, conv_weight_matrix, convolution_problem, count_ops, record_unfused,
 )
 from torchfuser.passes import channels_last_between_convs
-from torchfuser.passes.pipeline import register_pass
 
 aten = torch.ops.aten
 NAME = "conv_as_gemm"
@@ -64,37 +61,12 @@ NAME = "conv_as_gemm"
 PADDING_AS_BOUNDS_CHANNELS = 8
 
 
-_TAKES_TILING = [False]  # register(): convolutions whose patches tile the input run as GEMMs too
-
-
-def register() -> None:
-    """Run every dense convolution as a GEMM from now on, those whose patches tile the input (a patch embedding)
-    too, which the default leaves to PyTorch; unregister() goes back to the default."""
-    _TAKES_TILING[0] = True
-    register_pass(NAME, conv_as_gemm, after="fold_batch_norm", handles=handles)
-
-
-def unregister() -> None:
-    _TAKES_TILING[0] = False
-
-
 def handles(node: fx.Node) -> bool:
-    return node.target is aten.convolution.default and _tiling(node) is None
+    return node.target is aten.convolution.default
 
 
 def conv_as_gemm(gm: fx.GraphModule) -> PassResult:
-    return rewrite_convolutions(gm, NAME, _tiling)
-
-
-def _tiling(node: fx.Node) -> str | None:
-    """Why the default leaves this convolution to PyTorch: its patches tile the input (stride = kernel, no
-    padding), a reordering copy and a plain mm here, slower than PyTorch's convolution (the bench's patch_embed)."""
-    kernel, stride, padding = tuple(tensor_meta(node.args[1]).shape[2:]), tuple(node.args[3]), node.args[4]
-    if _TAKES_TILING[0] or kernel != stride or any(padding) or any(d != 1 for d in node.args[5]) or all(
-            k == 1 for k in kernel):
-        return None
-    return (f"a {'x'.join(map(str, kernel))} convolution whose patches tile its input (stride = kernel): a copy "
-            "and a GEMM, slower than PyTorch's convolution here (torchfuser.passes.conv_as_gemm.register() takes it)")
+    return rewrite_convolutions(gm, NAME)
 
 
 def rewrite_convolutions(gm: fx.GraphModule, name: str, precondition=None) -> PassResult:

@@ -35,6 +35,9 @@ ROW_GROUP = 16  # rows per group on the row schedule (each item computes a whole
 # core busy and to split a launch finely, runs still long enough to pay for an item's row setup
 ROW_ITEMS_WANTED, ROW_RUN_MIN = 256, 2048
 ROW_BLOCK = 16  # rows per work-item of a transposing copy with short rows: 16 pixels' channels, say
+# rows shorter than this, read along the row by every input, are computed ROW_BLOCK to a work-item too: the
+# row's outer coordinates cost a division per dim, more than copying a row of 16 floats (a patch copy)
+SHORT_ROW = 64
 # the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
 # more at most, and no new kernel per size where a stride follows a symbolic size
 MAX_ROW_STEP = 4
@@ -150,7 +153,9 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     would be shorter than min_length, unless some input reads them transposed: then each work-item computes a
     block of ROW_BLOCK such rows (an NCHW image copied channels-last: rows of 3 channels, read 16 pixels at a
     time). Longer rows run one per work-item, a work-group's 16 consecutive rows on one thread, which already
-    keeps a transposing read's lines in L1 (blocks measured slower there)."""
+    keeps a transposing read's lines in L1 (blocks measured slower there). Many short rows that every input
+    reads along the row (a patch embedding's patches: rows of 16 pixels) take blocks too, computed row by row:
+    the outer coordinates' divisions are then made once per block."""
     shape, order, program = kernel.out_shape, kernel.order, kernel.program
     numel = int(np.prod(shape)) if shape else 1
     if device_type != "CPU" or not shape or order[-1] != len(shape) - 1 or numel == 0:
@@ -165,12 +170,14 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     # a remapped read steps by the input's own last-dim stride; a plain one as it broadcasts
     last = [t.stride(-1) if program.read_of(i) else st[-1] for i, (t, st) in enumerate(zip(inputs, strides))]
     steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
+    plain = not program.indexes_last_dim and not program.gather_indices and sizes[-1] > 1
     if width < min_length:  # short rows of a transposing read (far along the row, contiguous across rows): blocks
-        transposes = (not program.indexes_last_dim and not program.gather_indices and sizes[-1] > 1 and any(
-            step is None and st[-1] == 1 for step, st in zip(steps, per_input)))
+        transposes = plain and any(step is None and st[-1] == 1 for step, st in zip(steps, per_input))
         if not transposes:
             return None
-    block = ROW_BLOCK if width < min_length else 1
+    # short rows read along the row by every input: blocks of them, row after row (codegen: _block_lines)
+    along = plain and width < SHORT_ROW and None not in steps and numel // width >= ROW_BLOCK * ROW_ITEMS_WANTED
+    block = ROW_BLOCK if width < min_length or along else 1
     reach = max([numel] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32

@@ -7,34 +7,10 @@ import torch.nn as nn
 import torchfuser
 from eager_compare import assert_close, compiled
 from torchfuser.passes import PIPELINE
-from torchfuser.passes.conv_as_gemm import NAME, register, unregister
+from torchfuser.passes.conv_as_gemm import NAME
 from torchfuser.runtime import gemm_launch
 
 CONV_OPS = ("aten.convolution.default",)
-
-
-@pytest.fixture(autouse=True)
-def conv_pass():
-    """The pass as register() leaves it: every dense convolution, patch embeddings too (the default leaves those
-    to PyTorch: test_patch_embeddings_stay_in_pytorch_by_default)."""
-    register()
-    yield
-    unregister()
-
-
-def test_patch_embeddings_stay_in_pytorch_by_default():
-    unregister()
-    conv = nn.Conv2d(3, 8, 4, stride=4).eval()
-    x = torch.randn(2, 3, 16, 12)
-    out, report = compiled(conv, x)
-    with torch.no_grad():
-        assert_close(out, conv(x))
-    assert any("tile" in f.reason and "register()" in f.reason for f in report.fallbacks), report.fallbacks
-    register()
-    out, report = compiled(conv, x)
-    with torch.no_grad():
-        assert_close(out, conv(x))
-    assert not [f for f in report.fallbacks if f.op in CONV_OPS]
 
 
 def test_in_the_default_pipeline_after_folding_and_before_the_concatenation_and_gemm_passes():

@@ -78,7 +78,9 @@ def _row_bases(spec: PointwiseSpec) -> list[str]:
 def _block_lines(spec: PointwiseSpec, steps: tuple) -> list[str]:
     """A work-item's block of row_block rows, consecutive along the innermost outer dim, computed position by
     position along the row and, inside, row by row: an input that walks that dim contiguously reads a run of
-    it per position, and every line of the tile, read or written, stays in L1 while the tile is done."""
+    it per position, and every line of the tile, read or written, stays in L1 while the tile is done. Where
+    every input reads along the row (no transposing read: short rows blocked for the sake of their index
+    arithmetic), the tile is computed row by row instead, each row a contiguous run."""
     idx, width, block, last = spec.index_type, spec.row_length, spec.row_block, spec.ndim - 1
     lines = [f"const {idx} item = ({idx})get_global_id(0);", "if (item >= nrows) return;",
              f"const {idx} blocks = (size{last} + {block - 1}) / {block};", f"{idx} rem = item / blocks;",
@@ -103,8 +105,10 @@ def _block_lines(spec: PointwiseSpec, steps: tuple) -> list[str]:
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=1)
     stores = [f"out{j}[o + r * {width} + jlast] = {name};" for j, name in enumerate(outputs)]
     inner = "\n      ".join(loads + body + stores)
-    return lines + [f"for ({idx} jlast = 0; jlast < {width}; ++jlast) {{",
-                    f"  for ({idx} r = 0; r < rows; ++r) {{", f"      {inner}", "  }", "}"]
+    loops = [f"for ({idx} jlast = 0; jlast < {width}; ++jlast) {{", f"  for ({idx} r = 0; r < rows; ++r) {{"]
+    if None not in steps:  # every input reads along the row: row after row, each a contiguous run
+        loops.reverse()
+    return lines + loops + [f"      {inner}", "  }", "}"]
 
 
 def chunk_span(spec: PointwiseSpec) -> int:
