@@ -29,8 +29,8 @@ with the packed schedule: CPU devices.
 
 In the default pipeline (after fold_batch_norm, before channels_last_between_convs and cat_as_last_dim), for
 every dense convolution, patch embeddings (stride = kernel) included; `disable=["conv_as_gemm"]` leaves 1x1
-stride-1 convolutions to pointwise_conv_as_gemm and the others to PyTorch. Off CPUs, the GEMM of a convolution's patches has no schedule
-and runs in PyTorch (named in the report).
+stride-1 convolutions to pointwise_conv_as_gemm and the others to PyTorch. Off CPUs, the GEMM of a convolution's
+patches has no schedule and runs in PyTorch (named in the report).
 
     before:  y = convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)     # x [2, 3, 5, 5], w [8, 3, 3, 3]
     after:   xp = cat(... clone(permute(x)) ...)                                   # [2, 7, 7, 3]

@@ -34,7 +34,7 @@ ROW_GROUP = 16  # rows per group on the row schedule (each item computes a whole
 # fewer rows than a quarter of ROW_ITEMS_WANTED are cut into runs, a work-item each: enough items to keep every
 # core busy and to split a launch finely, runs still long enough to pay for an item's row setup
 ROW_ITEMS_WANTED, ROW_RUN_MIN = 256, 2048
-ROW_BLOCK = 16  # rows per work-item of a transposing copy with short rows: 16 pixels' channels, say
+ROW_BLOCK = 16  # rows per work-item where rows are short: a transposing copy's (16 pixels' channels, say)
 # rows shorter than this, read along the row by every input, are computed ROW_BLOCK to a work-item too: the
 # row's outer coordinates cost a division per dim, more than copying a row of 16 floats (a patch copy)
 SHORT_ROW = 64
@@ -176,12 +176,12 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
         if not transposes:
             return None
     # short rows read along the row by every input: blocks of them, row after row (codegen: _block_lines)
-    along = plain and width < SHORT_ROW and None not in steps and numel // width >= ROW_BLOCK * ROW_ITEMS_WANTED
+    rows = numel // width
+    along = plain and width < SHORT_ROW and None not in steps and rows >= ROW_BLOCK * ROW_ITEMS_WANTED
     block = ROW_BLOCK if width < min_length or along else 1
     reach = max([numel] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32
-    rows = numel // width
     chunks = 1 if block > 1 or rows >= ROW_ITEMS_WANTED // 4 else max(
         1, min(-(-ROW_ITEMS_WANTED // rows), width // ROW_RUN_MIN))
     spec = PointwiseSpec(program, layouts, len(sizes), index_type, row_length=width, row_steps=steps,

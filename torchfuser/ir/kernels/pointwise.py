@@ -53,9 +53,10 @@ class PointwiseSpec(KernelSpec):
     # row schedule: work-items per row, each computing one run of the row (a few long rows, as a padding or a
     # concatenation over flattened dims makes, would otherwise leave most of the machine idle)
     row_chunks: int = 1
-    # row schedule: > 1, rows per work-item, consecutive along the innermost outer dim, which some input reads
-    # contiguously while its rows step far (a transposing copy: a tile of row_block rows x the row, computed row
-    # position by row position, keeps the lines of both sides in L1)
+    # row schedule: > 1, rows per work-item, consecutive along the innermost outer dim: where some input reads
+    # that dim contiguously while its rows step far (a transposing copy), a tile of row_block rows x the row,
+    # computed row position by row position, keeps the lines of both sides in L1; where every input reads along
+    # the row (many short rows, a patch copy), the tile is computed row by row, its index divisions made once
     row_block: int = 1
 
     kind = "pointwise"
