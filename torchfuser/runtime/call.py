@@ -151,7 +151,7 @@ class Call:
     """State of one call: pending launches and what they keep alive."""
 
     __slots__ = ("runtime", "binding", "dirty", "alive", "events", "pending", "threaded", "steady", "steady_unsized",
-                 "planned", "last_event", "claimed", "ahead", "splits")
+                 "planned", "last_event", "claimed", "ahead", "splits", "recorder")
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -172,6 +172,7 @@ class Call:
         self.steady = False  # a plan's call with the input layouts of the call before (executor.Plan.run)
         self.steady_unsized = False  # the same but for the graph's symbol values
         self.planned = False  # its kernels may write into the plan's planned blocks
+        self.recorder = None  # a steady_tape.Recorder following this call's launches
 
     def launch(self, target: FusedKernel, inputs, on_build=None, label=None):
         launch = configure(target, inputs, self.runtime.device.type_name)
@@ -193,6 +194,7 @@ class Call:
         list (unless the kernels hold them from the last enqueue) and enqueue. same_offsets: the inputs' storage
         offsets are those of the bound's last enqueue; alternate: a steady call, whose addresses may be those
         the bound's spare kernel copies hold (a caller keeping the last result)."""
+        planned, given = outs is not None, inputs
         if outs is None:
             allocate = self.runtime.arena.allocate
             outs = [allocate(layout) for layout in bound.outputs]
@@ -214,6 +216,8 @@ class Call:
                 for o in outs:  # fresh outputs start their storage: data_ptr is the storage's address
                     self.dirty.add(o.data_ptr())
                 self.alive.append((inputs, outs))
+        if self.recorder is not None:
+            self.recorder.launched(bound, given, inputs, outs, planned)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     @staticmethod

@@ -37,12 +37,14 @@ from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
+from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
 from torchfuser.runtime.virtual_views import VirtualView, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
+TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
 SIZES_KEPT = 256  # distinct symbol values a plan records
 BOUNDS_KEPT = 64  # bound launches a kernel step keeps, one per input layout (the oldest goes first)
 
@@ -96,6 +98,8 @@ class KernelStep:
         args = [real(a) for a in args]
         if call is not None:
             call.before_host_read(tensors_in(args))  # the PyTorch fallback reads on the host
+            if call.recorder is not None:
+                call.recorder.decline()
         return target.reference(*args)
 
     def _bind(self, call: Call, target: FusedKernel, args, key: tuple) -> Bound:
@@ -287,6 +291,9 @@ class Plan:
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
         self._ahead: dict = {}  # what a call's lingering workers read ahead (Call.ahead), from the last call
+        self._tape: SteadyTape | None = None  # the last steady call's launches, to replay
+        self._tape_declines = 0  # replays declined in a row
+        self.tape_calls = 0  # calls replayed from a tape
 
     def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
         builts = self.built.get((spec, lane, claimed))
@@ -300,6 +307,17 @@ class Plan:
         are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
         if len(args) != len(self.placeholders):
             raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
+        tape, self._tape = self._tape, None
+        if tape is not None and trusted and not self._running:
+            events = [] if _profiles(self.calls) else None
+            output = tape.replay(args, events)
+            if output is not None:
+                self._tape, self._tape_declines = tape, 0
+                self.tape_calls += 1
+                self._count(tape.unprofiled if events is None else events, events is not None)
+                self.calls += 1
+                return output
+            self._tape_declines += 1
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
@@ -317,6 +335,8 @@ class Plan:
             call.steady_unsized = last is not None and signature[0] == last[0]
             call.planned = not self._running  # a re-entrant call must not share the planned blocks
             call.ahead = self._ahead
+            if call.steady and trusted and call.planned and not self.sized and self._records_tape():
+                call.recorder = Recorder()
         self._last_signature = None
         reentrant, self._running = self._running, True
         try:
@@ -329,9 +349,16 @@ class Plan:
         if call is not None and (call.splits or self._ahead):  # most small plans split nothing: no work per call
             self._ahead = _read_ahead(call.splits)
         if call is not None and call.events:
-            self._record(call)
+            self._count(call.events, _profiles(self.calls))
+        if call is not None and call.recorder is not None:
+            self._tape = record(call.recorder, args, output, self.runtime)
         self.calls += 1
         return output
+
+    def _records_tape(self) -> bool:
+        """Whether this steady call records a tape: while tapes replay, and now and then after several in a row
+        declined (a call that writes a weight each time would otherwise record in vain every call)."""
+        return self._tape_declines < TAPE_DECLINES_KEPT or self.calls % TAPE_RETRY_EVERY == 0
 
     def _run_steps(self, env: list, call, sizes: tuple):
         for slot, kind, target, get_args, kw_names, get_kwargs, free, cache in self.steps:
@@ -351,6 +378,8 @@ class Plan:
                     if call is not None:
                         call.before_host_read(tensors_in(args))
                     made = target(*args)
+                if call is not None and call.recorder is not None:
+                    call.recorder.transforms(tensors_in(args))
                 env[slot] = made
             elif kind == RESHAPE:  # the kernel's result in this shape already, unless it ran otherwise (a fallback)
                 shape, view = target
@@ -366,6 +395,8 @@ class Plan:
                 elif kind == FALLBACK:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))
+                        if call.recorder is not None:
+                            call.recorder.decline()
                     env[slot] = target(*args, **kwargs)
                 else:
                     env[slot] = _fetch_attr(self.gm, target)
@@ -392,17 +423,24 @@ class Plan:
             stats = self._stats[name] = KernelStats()
         return stats
 
-    def _record(self, call: Call) -> None:
-        # not the first call: PoCL compiles each kernel's work-group function inside its first launch
-        if not (self.calls > 0 and (self.calls < PROFILE_FIRST_CALLS or self.calls % PROFILE_EVERY == 0)):
-            self._unrecorded.append(call.events)
+    def _count(self, events: list, profiled: bool) -> None:
+        """Count a call's launches: a profiled call's with their times now, another's (label, event) pairs when the
+        stats are read (no loop over them at the end of the call)."""
+        if not profiled:
+            self._unrecorded.append(events)
             return
         self._count_unrecorded()
-        for name, event in call.events:
+        for name, event in events:
             stats = self._kernel_stats(name)
             stats.launches += 1
             stats.profiled += 1
             stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+def _profiles(calls: int) -> bool:
+    """Whether the call after `calls` calls is profiled: not the first (PoCL compiles each kernel's work-group
+    function inside its first launch), the next ones, then every PROFILE_EVERY-th."""
+    return calls > 0 and (calls < PROFILE_FIRST_CALLS or calls % PROFILE_EVERY == 0)
 
 
 def _read_ahead(splits: list) -> dict:

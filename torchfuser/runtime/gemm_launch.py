@@ -246,6 +246,7 @@ PANEL_SCHEDULES = ("packed", "rows")  # the schedules that read B as packed pane
 class GemmLaunch(Launch):
     packer: PackedWeights | None = None
     prepare_reads = ()  # B may stay virtual: PackedWeights finds its copy by its root and layout
+    prepare_from_weights = True
 
     def prepare(self, inputs, call=None):
         if self.spec.schedule not in PANEL_SCHEDULES:

@@ -53,6 +53,9 @@ class Launch:
     host_threads: ClassVar[bool] = False
     # the inputs prepare() reads as tensors (None: any of them); the others may be virtual views
     prepare_reads: ClassVar[tuple | None] = None
+    # prepare() only swaps input 1 for a copy kept while that input's root tensor is unchanged (its address and
+    # version): a steady call whose input 1 is unchanged gets the same list (runtime/steady_tape.py)
+    prepare_from_weights: ClassVar[bool] = False
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout), as a new list (the inputs are

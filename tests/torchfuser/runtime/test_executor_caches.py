@@ -16,6 +16,7 @@ from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder, size_class
+from torchfuser.runtime.steady_tape import SteadyTape
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
 
@@ -185,7 +186,8 @@ def test_outputs_are_fresh_tensors_on_every_call():
 
 
 def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
-    """Three layers with one spec share a kernel; each launch owns a copy, so nothing is re-set."""
+    """Three layers with one spec share a kernel; each launch owns a copy, so nothing is re-set (by the plan's
+    steps or a steady tape's replay)."""
     model = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(64, 64), nn.ReLU())]).eval()
     f = torchfuser.compile(model)
     x = torch.randn(16, 64)
@@ -201,7 +203,15 @@ def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
             counts[id(bound)] += 1
             return original(self, bound, *args)
 
+        original_tape_set = SteadyTape._set
+
+        def counting_tape(self, positions, source, buffer):
+            for bound in {id(b): b for b, _ in positions}.values():
+                counts[id(bound)] += 1
+            return original_tape_set(self, positions, source, buffer)
+
         monkeypatch.setattr(Call, "_set_arguments", counting)
+        monkeypatch.setattr(SteadyTape, "_set", counting_tape)
         for _ in range(3):
             torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
         x2 = torch.randn(16, 64)

@@ -1,0 +1,102 @@
+"""Steady calls replayed from a tape (runtime/steady_tape.py): the same results as eager wherever the tape could go
+stale (new inputs, kept or dropped outputs, weights written or swapped, other storage offsets), and no tape where
+a call does more than its launches."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchfuser
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.executor import KERNEL
+from torchfuser.runtime.lanes import INLINE
+
+pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def small_mlp(width=64, hidden=128):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width)).eval()
+
+
+def compiled_with_plan(model, x):
+    f = torchfuser.compile(model)
+    f(x)
+    plan = torchfuser.last_report().plan
+    return f, plan
+
+
+def in_thread(plan) -> bool:
+    """Every launch runs in the calling thread (what a tape records): so on CPU devices for these small graphs."""
+    return all(step[2].last is not None and step[2].last.lane == INLINE for step in plan.steps if step[1] == KERNEL)
+
+
+def test_steady_calls_replay_with_new_inputs_and_kept_outputs():
+    model = small_mlp()
+    xs = [torch.randn(4, 64) for _ in range(3)]
+    with torch.no_grad():
+        f, plan = compiled_with_plan(model, xs[0])
+        results = []
+        for i in range(40):  # a new input each call, every result kept: the output blocks move each call
+            results.append(f(xs[i % 3]))
+        for i, y in enumerate(results):
+            torch.testing.assert_close(y, model(xs[i % 3]), **TOL)
+        for i in range(20):  # results dropped: the arena hands the same block back
+            torch.testing.assert_close(f(xs[i % 3]).clone(), model(xs[i % 3]), **TOL)
+    if in_thread(plan):
+        assert plan.tape_calls > 30
+    assert sum(s.launches for s in plan.stats.values()) == 2 * plan.calls  # replayed launches are counted
+    assert all(s.profiled > 0 and s.seconds > 0 for s in plan.stats.values())
+
+
+def test_a_weight_written_in_place_or_swapped_is_seen_at_once():
+    model = small_mlp()
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        f, plan = compiled_with_plan(model, x)
+        for _ in range(5):
+            f(x)
+        replayed = plan.tape_calls
+        model[0].weight.mul_(-2)  # a new version: the packed copy of the weight is stale
+        torch.testing.assert_close(f(x), model(x), **TOL)
+        model[2].weight.data = torch.randn(64, 128)  # another address, the version of a fresh tensor
+        torch.testing.assert_close(f(x), model(x), **TOL)
+        for _ in range(5):
+            torch.testing.assert_close(f(x), model(x), **TOL)
+    if in_thread(plan):
+        assert plan.tape_calls > replayed  # recorded again after the declines
+
+
+def test_inputs_at_other_storage_offsets_and_odd_values():
+    model = small_mlp(width=33, hidden=7)
+    with torch.no_grad():
+        base = torch.randn(12, 33)
+        f, plan = compiled_with_plan(model, base[0:5])
+        for start in (0, 0, 3, 3, 7, 0, 7):
+            x = base[start:start + 5].clone() if start == 7 else base[start:start + 5]
+            torch.testing.assert_close(f(x), model(x), **TOL)
+        special = base[0:5].clone()
+        special[0, 0], special[1, 1], special[2, 2] = float("inf"), float("-inf"), float("nan")
+        for _ in range(3):
+            torch.testing.assert_close(f(special), model(special), equal_nan=True, **TOL)
+
+
+def test_no_tape_where_a_call_runs_a_pytorch_op_or_returns_a_view():
+    def with_fallback(x, w):
+        h = torch.relu(x @ w)
+        return (torch.cumsum(h, -1) + 1).tanh()  # cumsum runs in PyTorch between two kernels
+
+    def returns_a_view(x, w):
+        return (x @ w).t()
+
+    x, w = torch.randn(4, 16), torch.randn(16, 8)
+    for fn in (with_fallback, returns_a_view):
+        f = torchfuser.compile(fn)
+        with torch.no_grad():
+            for _ in range(6):
+                got, want = f(x, w), fn(x, w)
+                torch.testing.assert_close(got, want, **TOL)
+        plan = torchfuser.last_report().plan
+        assert plan.tape_calls == 0 and plan.calls == 6
