@@ -287,35 +287,8 @@ class Call:
                                                launch.local_size)
             self.events.append((bound.label, event))
             return
-        dim, cut, size, cell = bound.split_dim, bound.cut, launch.global_size, bound.cell
-        balanced = True  # this launch's cut is the bound's, which its profile may move (lanes.SplitEvents)
-        if cell is not None:  # claimed: a work-item per thread, each taking slices until none is left
-            cell.reset()
-            span = ClaimedSpan(cell, size[dim])
-            theirs, mine, local, offset = (self.runtime.worker_threads,), (1,), (1,), None
-        else:
-            # PoCL keeps a work-group function per kernel and widest part launched (128 in all, per process): a part
-            # wider than any before adds one, and two parts of a kernel in flight at once can release the wrong one,
-            # pinning it; once full, every launch reloads its kernel. The workers' first part, at its widest (all
-            # but one group), serves every later cut.
-            if bound.exclusive and not bound.widened:  # a plan's (one-off launches keep the measured cut)
-                cut, balanced, bound.widened = group_size(launch, dim), False, True
-            theirs, offset, mine = list(size), [0] * len(size), list(size)
-            theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
-            local = launch.local_size
-        worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, local, global_work_offset=offset)
-        linger = self.runtime.linger
-        if linger is not None:
-            # the workers, still awake, take their part now; the next linger queues behind it at once: after this
-            # thread's part (a GEMV streams megabytes through the caches) the same enqueue costs several times more
-            linger.follow(self.ahead.get(bound))
-        device.queue.flush()
-        here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
-        if cell is not None:
-            span.here_done()
-            cell.worker_event = worker
-        self.claimed = span if cell is not None else None
-        self.events.append((bound.label, self.claimed or SplitEvents(worker, here, bound if balanced else None)))
+        profiled, worker, self.claimed = start_split(self.runtime, bound, self.ahead.get(bound))
+        self.events.append((bound.label, profiled))
         self.threaded, self.last_event = True, worker
 
     def _input_buffers(self, bound: Bound, inputs) -> list | None:
@@ -395,11 +368,9 @@ class Call:
         one: every slice done, whether or not its workers have left)."""
         self.flush()
         if self.threaded:
-            if self.claimed is not None:
-                self.claimed.wait()
+            if self.runtime.device.inline is not None:
+                wait_for_workers(self.runtime, self.last_event, self.claimed)
                 self.claimed = None
-            elif self.runtime.device.inline is not None:
-                wait_for_worker(self.runtime.device, self.last_event, finish=self.runtime.linger is None)
             else:
                 self.binding.to_host()
             self.threaded, self.last_event = False, None
@@ -414,6 +385,52 @@ class Call:
         else:
             self.wait_threaded()
         self.alive.clear()
+
+
+def start_split(runtime: Runtime, bound: Bound, ahead=None) -> tuple:
+    """Enqueue a split launch's workers' part, then run the calling thread's (see Call._enqueue_here; ahead: the
+    weights the lingering workers read while they wait behind their part). Returns (what the launch's profile
+    reads, the workers' event, the claimed span where the launch is claimed, else None)."""
+    cl = cl_module()
+    launch, device = bound.launch, runtime.device
+    dim, cut, size, cell = bound.split_dim, bound.cut, launch.global_size, bound.cell
+    balanced = True  # this launch's cut is the bound's, which its profile may move (lanes.SplitEvents)
+    if cell is not None:  # claimed: a work-item per thread, each taking slices until none is left
+        cell.reset()
+        span = ClaimedSpan(cell, size[dim])
+        theirs, mine, local, offset = (runtime.worker_threads,), (1,), (1,), None
+    else:
+        # PoCL keeps a work-group function per kernel and widest part launched (128 in all, per process): a part
+        # wider than any before adds one, and two parts of a kernel in flight at once can release the wrong one,
+        # pinning it; once full, every launch reloads its kernel. The workers' first part, at its widest (all
+        # but one group), serves every later cut.
+        if bound.exclusive and not bound.widened:  # a plan's (one-off launches keep the measured cut)
+            cut, balanced, bound.widened = group_size(launch, dim), False, True
+        theirs, offset, mine = list(size), [0] * len(size), list(size)
+        theirs[dim], offset[dim], mine[dim] = size[dim] - cut, cut, cut
+        local = launch.local_size
+    worker = cl.enqueue_nd_range_kernel(device.queue, bound.kernels[0], theirs, local, global_work_offset=offset)
+    linger = runtime.linger
+    if linger is not None:
+        # the workers, still awake, take their part now; the next linger queues behind it at once: after this
+        # thread's part (a GEMV streams megabytes through the caches) the same enqueue costs several times more
+        linger.follow(ahead)
+    device.queue.flush()
+    here = cl.enqueue_nd_range_kernel(device.inline.queue, bound.kernels[1], mine, local)
+    if cell is None:
+        return SplitEvents(worker, here, bound if balanced else None), worker, None
+    span.here_done()
+    cell.worker_event = worker
+    return span, worker, span
+
+
+def wait_for_workers(runtime: Runtime, event, claimed: ClaimedSpan | None) -> None:
+    """Wait for the workers' last launch (event), or for a claimed split's last slice (whether or not its workers
+    have left)."""
+    if claimed is not None:
+        claimed.wait()
+    else:
+        wait_for_worker(runtime.device, event, finish=runtime.linger is None)
 
 
 def run_single(target: FusedKernel, inputs):

@@ -351,7 +351,7 @@ class Plan:
         if call is not None and call.events:
             self._count(call.events, _profiles(self.calls))
         if call is not None and call.recorder is not None:
-            self._tape = record(call.recorder, args, output, self.runtime)
+            self._tape = record(call.recorder, args, output, self.runtime, self._ahead)
         self.calls += 1
         return output
 

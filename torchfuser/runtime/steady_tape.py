@@ -29,11 +29,13 @@ import weakref
 import torch
 
 from torchfuser.runtime.bound import Bound, cl_module
-from torchfuser.runtime.lanes import INLINE
+from torchfuser.runtime.call import start_split, wait_for_workers
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.memory import storage_span
 from torchfuser.runtime.virtual_views import VirtualView
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_data_ptr = torch.Tensor.data_ptr
 
 
 class Recorder:
@@ -48,7 +50,7 @@ class Recorder:
 
     def launched(self, bound: Bound, given, inputs, outs, planned: bool) -> None:
         launch = bound.launch
-        if (bound.lane != INLINE or launch.empty or not launch.static_arguments or bound.addresses is None
+        if (launch.empty or not launch.static_arguments or bound.addresses is None
                 or (bound.prepares and not launch.prepare_from_weights)):
             self.valid = False
         else:
@@ -64,7 +66,7 @@ class Recorder:
 
 
 class SteadyTape:
-    __slots__ = ("launches", "labels", "unprofiled", "binder", "arena", "input_ptrs", "input_offsets", "input_positions",
+    __slots__ = ("launches", "lanes", "runtime", "labels", "unprofiled", "enqueue", "binder", "arena", "input_ptrs", "input_offsets", "input_positions",
                  "derived", "fresh_layouts", "fresh_ptrs", "fresh_positions", "held", "output_kind", "output_fresh")
 
     def replay(self, args, events: list | None = None):
@@ -74,24 +76,47 @@ class SteadyTape:
             a = args[j]
             if ref() is not a or a._version != version:
                 return None
-        ptrs = [a.data_ptr() for a in args]
+        ptrs = list(map(_data_ptr, args))
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
             return None
-        allocate = self.arena.allocate
-        outs = [allocate(layout) for layout in self.fresh_layouts]
-        ptrs = [out.data_ptr() for out in outs]
+        outs = list(map(self.arena.allocate, self.fresh_layouts))
+        ptrs = list(map(_data_ptr, outs))
         if ptrs != self.fresh_ptrs:
             self._rebind_outputs(outs, ptrs)
-        enqueue = cl_module().enqueue_nd_range_kernel
-        if events is None:
-            for queue, kernel, global_size, local_size in self.launches:
-                enqueue(queue, kernel, global_size, local_size)
+        if self.runtime is None:  # every launch in the calling thread: done when its enqueue returns
+            enqueue = self.enqueue
+            if events is None:
+                for queue, kernel, global_size, local_size in self.launches:
+                    enqueue(queue, kernel, global_size, local_size)
+            else:
+                for label, (queue, kernel, global_size, local_size) in zip(self.labels, self.launches):
+                    events.append((label, enqueue(queue, kernel, global_size, local_size)))
         else:
-            for label, (queue, kernel, global_size, local_size) in zip(self.labels, self.launches):
-                events.append((label, enqueue(queue, kernel, global_size, local_size)))
+            self._run_lanes(events)
         if self.output_kind is None:
             return outs[self.output_fresh[0]]
         return self.output_kind([outs[f] for f in self.output_fresh])
+
+    def _run_lanes(self, events: list | None) -> None:
+        """Launches in every lane, as Call runs them: an in-thread or split launch first waits for the workers'
+        launches before it (it may read what they write), the call for the last of them."""
+        enqueue, runtime = self.enqueue, self.runtime
+        worker = claimed = None
+        for label, (queue, kernel, global_size, local_size), (lane, bound, ahead) in zip(
+                self.labels, self.launches, self.lanes):
+            if lane != THREADED and worker is not None:
+                wait_for_workers(runtime, worker, claimed)
+                worker = None
+            if lane == SPLIT:
+                profiled, worker, claimed = start_split(runtime, bound, ahead)
+            else:
+                profiled = enqueue(queue, kernel, global_size, local_size)
+                if lane == THREADED:
+                    worker, claimed = profiled, None
+            if events is not None:
+                events.append((label, profiled))
+        if worker is not None:
+            wait_for_workers(runtime, worker, claimed)
 
     def _rebind_outputs(self, outs, ptrs) -> None:
         for f, (recorded, ptr) in enumerate(zip(self.fresh_ptrs, ptrs)):
@@ -124,9 +149,9 @@ class SteadyTape:
         self.held[source] = buffer  # a kernel argument does not keep its buffer alive
 
 
-def record(recorder: Recorder, args, output, runtime) -> SteadyTape | None:
-    """The tape of the steady call the recorder followed (args, output: the call's), or None where a replay would
-    not repeat it."""
+def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape | None:
+    """The tape of the steady call the recorder followed (args, output: the call's; ahead: what the workers of
+    each split launch read ahead, executor.Plan._ahead), or None where a replay would not repeat it."""
     if not recorder.valid or not recorder.launches or any(type(a) not in _PLAIN for a in args):
         return None
     input_of = {}  # storage address -> the first graph input on it
@@ -140,7 +165,7 @@ def record(recorder: Recorder, args, output, runtime) -> SteadyTape | None:
     tape = SteadyTape()
     tape.input_positions = [[] for _ in args]
     tape.fresh_layouts, tape.fresh_ptrs, tape.fresh_positions = [], [], []
-    fresh_of, fresh_tensors, launches = {}, [], []
+    fresh_of, fresh_tensors, launches, lanes = {}, [], [], []
     for bound, given, inputs, outs, planned in recorder.launches:
         if bound.prepares and inputs[1] is not given[1]:  # prepare() read a packed copy of B, kept while B's root is unchanged
             j = input_of.get(storage_span(_root(given[1]))[0])
@@ -166,17 +191,21 @@ def record(recorder: Recorder, args, output, runtime) -> SteadyTape | None:
             elif address in fresh_of:
                 tape.fresh_positions[fresh_of[address]].append((bound, k))
         launch = bound.launch
-        launches.append((runtime.device.inline.queue, bound.kernels[0], launch.global_size, launch.local_size))
+        queue = runtime.device.queue if bound.lane == THREADED else runtime.device.inline.queue
+        launches.append((queue, bound.kernels[0], launch.global_size, launch.local_size))
+        lanes.append((bound.lane, bound, ahead.get(bound)))
     flat = output if isinstance(output, (tuple, list)) else [output]
     index = {id(t): f for f, t in enumerate(fresh_tensors)}
     if any(id(t) not in index for t in flat):
         return None  # an output the steps make otherwise (an input, a view): the steps make it
     tape.output_kind = type(output) if isinstance(output, (tuple, list)) else None
     tape.output_fresh = [index[id(t)] for t in flat]
-    tape.launches = launches
+    tape.launches, tape.lanes = launches, lanes
+    # None where every launch runs in the calling thread: no lane to look at
+    tape.runtime = None if all(lane == INLINE for lane, _, _ in lanes) else runtime
     tape.labels = [bound.label for bound, *_ in recorder.launches]
     tape.unprofiled = [(label, None) for label in tape.labels]  # what an unprofiled call counts
-    tape.binder, tape.arena = runtime.binder, runtime.arena
+    tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
     tape.input_ptrs = [a.data_ptr() for a in args]
     tape.input_offsets = [a.storage_offset() for a in args]
     tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]

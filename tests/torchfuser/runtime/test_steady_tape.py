@@ -9,7 +9,7 @@ import torch.nn as nn
 import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL
-from torchfuser.runtime.lanes import INLINE
+from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
 
@@ -100,3 +100,20 @@ def test_no_tape_where_a_call_runs_a_pytorch_op_or_returns_a_view():
                 torch.testing.assert_close(got, want, **TOL)
         plan = torchfuser.last_report().plan
         assert plan.tape_calls == 0 and plan.calls == 6
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 768, 3072), (2, 257, 1031), (7, 512, 96)])
+def test_split_launches_replay_with_new_inputs(m, k, n):
+    """GEMVs and skinny GEMMs whose launches split between the calling thread and the workers (on CPU devices):
+    each replay waits for the workers before returning, so every kept result is complete."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(k, n), nn.GELU(), nn.Linear(n, 64)).eval()
+    xs = [torch.randn(m, k) for _ in range(3)]
+    with torch.no_grad():
+        f, plan = compiled_with_plan(model, xs[0])
+        results = [f(xs[i % 3]) for i in range(30)]
+        for i, y in enumerate(results):
+            torch.testing.assert_close(y, model(xs[i % 3]), rtol=1e-4, atol=1e-4)
+    lanes = {step[2].last.lane for step in plan.steps if step[1] == KERNEL}
+    if lanes & {SPLIT, THREADED}:
+        assert plan.tape_calls > 20
