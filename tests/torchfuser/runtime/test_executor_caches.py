@@ -206,7 +206,7 @@ def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
         original_tape_set = SteadyTape._set
 
         def counting_tape(self, positions, source, buffer):
-            for bound in {id(b): b for b, _ in positions}.values():
+            for bound in {id(b): b for _, _, b in positions}.values():
                 counts[id(bound)] += 1
             return original_tape_set(self, positions, source, buffer)
 

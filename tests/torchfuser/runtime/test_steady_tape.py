@@ -47,6 +47,8 @@ def test_steady_calls_replay_with_new_inputs_and_kept_outputs():
             torch.testing.assert_close(f(xs[i % 3]).clone(), model(xs[i % 3]), **TOL)
     if in_thread(plan):
         assert plan.tape_calls > 30
+        tape = plan._tape
+        assert len(tape.fast[0]) == 1 < len(tape.launches)  # the two GEMMs chained into one launch
     assert sum(s.launches for s in plan.stats.values()) == 2 * plan.calls  # replayed launches are counted
     assert all(s.profiled > 0 and s.seconds > 0 for s in plan.stats.values())
 

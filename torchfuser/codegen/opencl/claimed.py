@@ -22,6 +22,7 @@ Before (a kernel of the grid):            After:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 CLAIMED_SUFFIX = "__claimed"
 CELL_INTS = 16  # one 64-byte cache line per cell: [next slice to claim, slices done, unused...]
@@ -35,9 +36,23 @@ def is_claimed(kernel_name: str) -> bool:
     return kernel_name.endswith(CLAIMED_SUFFIX)
 
 
-def claimed_source(source: str, name: str) -> str | None:
-    """The claimed form of kernel `name` in `source` (see the module docstring), or None where its work-items are
-    not independent of one another or of the grid's shape."""
+@dataclass(frozen=True)
+class BodyForm:
+    """A kernel's source split around its body made a function of its global ids: `prelude` (what comes before the
+    kernel: helpers), `function` (`inline void {name}__body(params..., tf_g0, tf_g1, tf_g2) {...}`), `after` (what
+    follows the kernel), and its parameters as declared and by name."""
+
+    prelude: str
+    function: str
+    after: str
+    parameters: tuple[str, ...]
+    names: tuple[str, ...]
+
+
+def body_form(source: str, name: str) -> BodyForm | None:
+    """Kernel `name` of `source` with its body as a function of its global ids, or None where its work-items are
+    not independent of one another or of the grid's shape (a built-in other than get_global_id(literal dim), a
+    barrier)."""
     head = f"__kernel void {name}("
     start = source.find(head)
     if start < 0 or source.count("__kernel ") != 1:
@@ -49,12 +64,23 @@ def claimed_source(source: str, name: str) -> str | None:
     if any(f"{builtin}(" in body for builtin in _WORK_ITEM_BUILTINS) or "barrier(" in body:
         return None
     params = source[start + len(head):params_end]
-    names = [_parameter_name(p) for p in _split_parameters(params)]
+    parameters = _split_parameters(params)
+    names = [_parameter_name(p) for p in parameters]
     if None in names:
         return None
     body = _GLOBAL_ID.sub(lambda m: f"tf_g{m.group(1)}", body)
     ids = "const size_t tf_g0, const size_t tf_g1, const size_t tf_g2"
-    forwarded = ", ".join(names)
+    function = f"inline void {name}__body({params}, {ids}" + source[params_end:body_start] + body
+    return BodyForm(source[:start], function, source[body_end + 1:], tuple(parameters), tuple(names))
+
+
+def claimed_source(source: str, name: str) -> str | None:
+    """The claimed form of kernel `name` in `source` (see the module docstring), or None where its work-items are
+    not independent of one another or of the grid's shape."""
+    form = body_form(source, name)
+    if form is None:
+        return None
+    params, forwarded = ", ".join(form.parameters), ", ".join(form.names)
     wrapper = f"""
 __kernel void {name}{CLAIMED_SUFFIX}({params},
     volatile __global int* tf_claims, const int tf_cell, const int tf_dim, const long tf_n0, const long tf_n1,
@@ -78,8 +104,7 @@ __kernel void {name}{CLAIMED_SUFFIX}({params},
   }}
 }}
 """
-    return (source[:start] + f"inline void {name}__body({params}, {ids}" + source[params_end:body_start] + body
-            + source[body_end + 1:] + wrapper)
+    return form.prelude + form.function + form.after + wrapper
 
 
 def _matching(text: str, open_at: int) -> int:
