@@ -326,7 +326,7 @@ class Plan:
             sizes = self.bindings.values(args)
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
-        signature = (_signature(args, trusted), sizes)
+        signature = (_signature(args, trusted, self.sized), sizes)
         call = None
         if self.runtime is not None:
             call = Call(self.runtime)
@@ -455,10 +455,13 @@ def _sized_layout(node: fx.Node) -> bool:
     return not isinstance(value, torch.Tensor) or tensor_has_symbols(value)
 
 
-def _signature(args, trusted: bool) -> tuple:
-    """What a steady call must share with the call before it: storage offsets (trusted), else full layouts."""
+def _signature(args, trusted: bool, sized: bool = False) -> tuple:
+    """What a steady call must share with the call before it: storage offsets (trusted), else full layouts; and
+    other values, but the integers of a plan with symbols (the symbols' values, which the call's sizes hold: a
+    call with new sizes but the same layouts otherwise keeps its unsized steps' launches)."""
     if trusted:
-        return tuple([a.storage_offset() if isinstance(a, torch.Tensor) else a for a in args])
+        return tuple([a.storage_offset() if isinstance(a, torch.Tensor) else None if sized and isinstance(a, int)
+                      else a for a in args])
     return tuple([(a.shape, a.stride(), a.storage_offset(), a.dtype) if isinstance(a, torch.Tensor) else a
                   for a in args])
 
