@@ -4,22 +4,26 @@ A steady call (executor.Plan.run: its inputs have the layouts and storage offset
 call before launch for launch: the same Bound launches, armed with the same buffers except where an input now lies
 at another address or a fresh output gets another arena block. Walking the plan's steps to find that out costs
 microseconds of Python per launch, more than a small kernel runs. A tape keeps what one steady walk found: the
-launches in order and, for each storage that can move between calls (a graph input, a fresh output), the kernel
-arguments that hold its buffer. A replay compares the inputs' addresses, sets the buffers of what moved, allocates
-the fresh outputs and enqueues.
+launches in order, in their lanes (in the calling thread, split, the workers'), and for each storage that can move
+between calls (a graph input, a fresh output) the kernel arguments that hold its buffer. A replay compares the
+inputs' addresses, sets the buffers of what moved, allocates the fresh outputs and enqueues.
+
+Unprofiled replays run consecutive in-thread launches chained into one (codegen/opencl/chained.py); profiled ones
+run the Bounds' own launches, so each kernel keeps its own time. Where every launch runs in the calling thread,
+the tape launches kernels of its own, in two armings: a caller that keeps each result until the next call returns
+gets its outputs in two arena blocks in turn, and each arming stays set for one of them.
 
 Recorded (Recorder: Call.enqueue and the plan's steps fill it in during a steady call) only where that is all a
-steady call does: every launch in the calling thread (its kernel done when its enqueue returns), with static
-arguments (Launch.static_arguments) and no host work in prepare() beyond finding a kept copy of weights
-(Launch.prepare_from_weights), and no step a PyTorch op; every graph output is a fresh kernel output.
-A replay declines (returns None: the plan walks its steps, and records again) when an input the plan keeps derived
-copies of (packed weights, weight transforms) has moved or been written (its version), or an input moved to another
-storage offset. Before:
+steady call does: launches with static arguments (Launch.static_arguments) and no host work in prepare() beyond
+finding a kept copy of weights (Launch.prepare_from_weights), no step a PyTorch op, every graph output a fresh
+kernel output. A replay declines (returns None: the plan walks its steps, and records again) when an input the
+plan keeps derived copies of (packed weights, weight transforms) has moved or been written (its version), or an
+input moved to another storage offset. Before:
 
     Plan.run -> per step: fetch args, find the Bound, prepare (packed B), compare addresses, enqueue; sync, record
 After (a replay):
 
-    compare input addresses and weight versions -> allocate fresh outputs -> enqueue, enqueue
+    compare input addresses and weight versions -> allocate fresh outputs -> enqueue (one chained launch)
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ class SteadyTape:
 
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
-                 "fresh_positions", "held", "output_kind", "output_fresh")
+                 "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
+                 "fast_positions", "slow_positions")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -93,16 +98,24 @@ class SteadyTape:
             return None
         outs = list(map(self.arena.allocate, self.fresh_layouts))
         ptrs = list(map(_data_ptr, outs))
-        if ptrs != self.fresh_ptrs:
-            self._rebind_outputs(outs, ptrs)
-        if events is not None:
-            self._run_lanes(self.launches, self.lanes, events)
-        elif self.runtime is None:  # every launch in the calling thread: done when its enqueue returns
-            enqueue = self.enqueue
-            for queue, kernel, global_size, local_size in self.fast[0]:
-                enqueue(queue, kernel, global_size, local_size)
+        arming = self.arming
+        if arming is not None:  # every launch in the calling thread, its kernels the tape's own
+            if ptrs != arming.fresh_ptrs:
+                arming = self._switch_arming(outs, ptrs)
+            if events is not None:
+                self._arm_launches(arming)
+                self._run_lanes(self.launches, self.lanes, events)
+            else:
+                enqueue = self.enqueue
+                for (queue, _, global_size, local_size), kernel in zip(self.fast[0], arming.kernels):
+                    enqueue(queue, kernel, global_size, local_size)
         else:
-            self._run_lanes(*self.fast, None)
+            if ptrs != self.fresh_ptrs:
+                self._rebind_outputs(outs, ptrs)
+            if events is not None:
+                self._run_lanes(self.launches, self.lanes, events)
+            else:
+                self._run_lanes(*self.fast, None)
         if self.output_kind is None:
             return outs[self.output_fresh[0]]
         return self.output_kind([outs[f] for f in self.output_fresh])
@@ -127,6 +140,29 @@ class SteadyTape:
         if worker is not None:
             wait_for_workers(runtime, worker, claimed)
 
+    def _switch_arming(self, outs, ptrs) -> "_Arming":
+        """The arming for fresh outputs at these addresses: the spare one (made from this one the first time), with
+        the buffers of the outputs that are elsewhere set. A caller that keeps each result until the next call
+        returns gets its outputs in two arena blocks in turn, and each arming stays set for one of them."""
+        current, spare = self.arming, self.spare or self.arming.copy()
+        for f, (held, ptr) in enumerate(zip(spare.fresh_ptrs, ptrs)):
+            if held != ptr:
+                spare.set(self.fast_positions[("out", f)], ("out", f), self.binder.output_buffer(outs[f]))
+                spare.fresh_ptrs[f] = ptr
+        self.arming, self.spare, self.launches_armed = spare, current, None
+        return spare
+
+    def _arm_launches(self, arming: "_Arming") -> None:
+        """Set the one-per-Bound launches (a profiled call's) to the arming's buffers, where another arming's are."""
+        if self.launches_armed is arming:
+            return
+        for source, buffer in arming.buffers.items():
+            for kernels, k, bound in self.slow_positions[source]:
+                for kernel in kernels:
+                    kernel.set_arg(k, buffer)
+                bound.addresses = bound.armed = None
+        self.launches_armed = arming
+
     def _rebind_outputs(self, outs, ptrs) -> None:
         for f, (recorded, ptr) in enumerate(zip(self.fresh_ptrs, ptrs)):
             if recorded != ptr:
@@ -144,7 +180,13 @@ class SteadyTape:
             buffer = self.binder.bind(a)
             if buffer is None:  # misaligned user memory: the plan's steps copy it
                 return False
-            self._set(self.input_positions[j], ("in", j), buffer)
+            if self.arming is None:
+                self._set(self.input_positions[j], ("in", j), buffer)
+            else:
+                for arming in (self.arming, self.spare):
+                    if arming is not None:
+                        arming.set(self.fast_positions[("in", j)], ("in", j), buffer)
+                self.launches_armed = None
             self.input_ptrs[j] = ptr
         return True
 
@@ -156,6 +198,34 @@ class SteadyTape:
                 kernel.set_arg(k, buffer)
             bound.addresses = bound.armed = None
         self.held[source] = buffer  # a kernel argument does not keep its buffer alive
+
+
+class _Arming:
+    """A set of the tape's own kernels for its fast launches, with the arguments each holds and, per source (a graph
+    input, a fresh output), the buffer set for it."""
+
+    __slots__ = ("kernels", "arguments", "fresh_ptrs", "buffers")
+
+    def __init__(self, kernels: list, arguments: list, fresh_ptrs: list, buffers: dict):
+        self.kernels, self.arguments, self.fresh_ptrs, self.buffers = kernels, arguments, fresh_ptrs, buffers
+
+    def copy(self) -> "_Arming":
+        kernels = [_armed_copy(kernel, arguments) for kernel, arguments in zip(self.kernels, self.arguments)]
+        return _Arming(kernels, [list(a) for a in self.arguments], list(self.fresh_ptrs), dict(self.buffers))
+
+    def set(self, positions: list, source, buffer) -> None:
+        for i, k in positions:
+            self.kernels[i].set_arg(k, buffer)
+            self.arguments[i][k] = buffer  # the list keeps the buffer alive while a kernel holds it
+        self.buffers[source] = buffer
+
+
+def _armed_copy(kernel, arguments: list):
+    """A copy of a kernel holding these arguments."""
+    copied = copy_kernel(kernel)
+    copied.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in arguments])
+    copied.set_args(*arguments)
+    return copied
 
 
 def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape | None:
@@ -207,7 +277,24 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
             positions[source].append((bound.kernels, k, bound))
     tape.held = {}
     tape.launches, tape.lanes = _launches(bounds, runtime, ahead)
-    tape.fast = _chained(bounds, sources, positions, tape, runtime, ahead)
+    fast = _fast_launches(bounds, runtime, ahead)
+    tape.fast = ([launch for launch, *_ in fast], [lane for _, lane, *_ in fast])
+    tape.fast_positions = {source: [] for source in positions}
+    for i, (_, _, parts, _) in enumerate(fast):
+        for b, offset in parts:
+            for k, source in sources[b]:
+                tape.fast_positions[source].append((i, offset + k))
+    tape.arming = tape.spare = None
+    if all(bound.lane == INLINE and bound.armed is not None for bound in bounds):
+        tape.arming = _own_arming(fast, bounds, tape.fast_positions, tape.fresh_ptrs)
+        tape.launches_armed, tape.slow_positions = tape.arming, positions
+    else:  # the chained kernels are set with the Bounds' own
+        for i, (launch, _, parts, arguments) in enumerate(fast):
+            if arguments is not None:
+                tape.held[("chain", i)] = arguments
+                for b, offset in parts:
+                    for k, source in sources[b]:
+                        positions[source].append(((launch[1],), offset + k, bounds[b]))
     tape.input_positions = [positions[("in", j)] for j in range(len(args))]
     tape.fresh_positions = [positions[("out", f)] for f in range(len(fresh_tensors))]
     tape.labels = [bound.label for bound in bounds]
@@ -221,6 +308,19 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     return tape
 
 
+def _own_arming(fast: list, bounds: list, positions: dict, fresh_ptrs: list) -> _Arming:
+    """The tape's own kernels for its fast launches (chained ones already are), armed as the Bounds' are now."""
+    kernels, arguments = [], []
+    for (_, kernel, *_), _, parts, chained in fast:
+        if chained is None:
+            chained = list(bounds[parts[0][0]].armed)
+            kernel = _armed_copy(kernel, chained)
+        kernels.append(kernel)
+        arguments.append(chained)
+    buffers = {source: arguments[found[0][0]][found[0][1]] for source, found in positions.items() if found}
+    return _Arming(kernels, arguments, list(fresh_ptrs), buffers)
+
+
 def _launches(bounds: list, runtime, ahead: dict) -> tuple[list, list]:
     """(queue, kernel, global size, local size) and (lane, bound, what its workers read ahead) per launch."""
     launches, lanes = [], []
@@ -232,35 +332,30 @@ def _launches(bounds: list, runtime, ahead: dict) -> tuple[list, list]:
     return launches, lanes
 
 
-def _chained(bounds: list, sources: list, positions: dict, tape: SteadyTape, runtime, ahead: dict) -> tuple:
-    """The tape's launches with each run of consecutive in-thread launches that chain as one launch (its kernel
-    armed with all their arguments, and set where theirs are)."""
+def _fast_launches(bounds: list, runtime, ahead: dict) -> list[tuple]:
+    """The tape's launches with each run of consecutive in-thread launches that chain as one launch: per launch,
+    (queue, kernel, global size, local size), (lane, bound, what its workers read ahead), the Bounds it runs as
+    (index, where its arguments start), and the chained kernel's arguments (None: a Bound's own kernel)."""
     runs, run = [], []
-    for bound in bounds + [None]:
+    for i, bound in enumerate(bounds + [None]):
         if bound is not None and bound.lane == INLINE and _chains(bound):
-            run.append(bound)
+            run.append(i)
             continue
-        runs += [run] if len(run) > 1 else [[b] for b in run]
+        runs += [run] if len(run) > 1 else [[j] for j in run]
         run = []
         if bound is not None:
-            runs.append([bound])
-    launches, lanes, first = [], [], 0
+            runs.append([i])
+    fast = []
     for run in runs:
-        chain = _chain(run, runtime) if len(run) > 1 else None
+        chain = _chain([bounds[i] for i in run], runtime) if len(run) > 1 else None
         if chain is None:
-            kept = _launches(run, runtime, ahead)
-            launches += kept[0]
-            lanes += kept[1]
+            launches, lanes = _launches([bounds[i] for i in run], runtime, ahead)
+            fast += [(launch, lane, [(i, 0)], None) for launch, lane, i in zip(launches, lanes, run)]
         else:
             kernel, offsets, arguments = chain
-            for i, offset in enumerate(offsets):
-                for k, source in sources[first + i]:
-                    positions[source].append(((kernel,), offset + k, run[i]))
-            tape.held[("chain", first)] = arguments
-            launches.append((runtime.device.inline.queue, kernel, (1,), (1,)))
-            lanes.append((INLINE, None, None))
-        first += len(run)
-    return launches, lanes
+            fast.append(((runtime.device.inline.queue, kernel, (1,), (1,)), (INLINE, None, None),
+                         list(zip(run, offsets)), arguments))
+    return fast
 
 
 def _chains(bound: Bound) -> bool:
