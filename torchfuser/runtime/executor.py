@@ -379,7 +379,7 @@ class Plan:
                         call.before_host_read(tensors_in(args))
                     made = target(*args)
                 if call is not None and call.recorder is not None:
-                    call.recorder.transforms(tensors_in(args))
+                    call.recorder.transforms(tensors_in(args), made)
                 env[slot] = made
             elif kind == RESHAPE:  # the kernel's result in this shape already, unless it ran otherwise (a fallback)
                 shape, view = target

@@ -15,10 +15,10 @@ gets its outputs in two arena blocks in turn, and each arming stays set for one 
 
 Recorded (Recorder: Call.enqueue and the plan's steps fill it in during a steady call) only where that is all a
 steady call does: launches with static arguments (Launch.static_arguments) and no host work in prepare() beyond
-finding a kept copy of weights (Launch.prepare_from_weights), no step a PyTorch op, every graph output a fresh
-kernel output. A replay declines (returns None: the plan walks its steps, and records again) when an input the
-plan keeps derived copies of (packed weights, weight transforms) has moved or been written (its version), or an
-input moved to another storage offset. Before:
+finding a kept copy of weights or of a weight transform's result (Launch.prepare_from_weights), no step a PyTorch
+op, every graph output a fresh kernel output or a view of one. A replay declines (returns None: the plan walks its
+steps, and records again) when an input the plan keeps derived copies of (packed weights, weight transforms) has
+moved or been written (its version), or an input moved to another storage offset. Before:
 
     Plan.run -> per step: fetch args, find the Bound, prepare (packed B), compare addresses, enqueue; sync, record
 After (a replay):
@@ -52,11 +52,12 @@ _data_ptr = torch.Tensor.data_ptr
 class Recorder:
     """What a steady call launched, in order, and the tensors its weight transforms read."""
 
-    __slots__ = ("launches", "derived_from", "valid")
+    __slots__ = ("launches", "derived_from", "transformed", "valid")
 
     def __init__(self):
         self.launches: list[tuple] = []  # (bound, inputs as given, inputs the kernel read, outputs, planned)
         self.derived_from: list = []
+        self.transformed: list = []  # the weight transforms' results (kept while what they read is unchanged)
         self.valid = True
 
     def launched(self, bound: Bound, given, inputs, outs, planned: bool) -> None:
@@ -67,9 +68,11 @@ class Recorder:
         else:
             self.launches.append((bound, given, inputs, outs, planned))
 
-    def transforms(self, tensors) -> None:
-        """A weight transform read these: kept while they are unchanged."""
+    def transforms(self, tensors, made) -> None:
+        """A weight transform read `tensors` and made `made`: kept while they are unchanged."""
         self.derived_from += tensors
+        self.transformed += [t for t in (made if isinstance(made, (tuple, list)) else [made])
+                             if isinstance(t, torch.Tensor)]
 
     def decline(self) -> None:
         """A step a replay would not repeat (a PyTorch op) ran."""
@@ -116,9 +119,8 @@ class SteadyTape:
                 self._run_lanes(self.launches, self.lanes, events)
             else:
                 self._run_lanes(*self.fast, None)
-        if self.output_kind is None:
-            return outs[self.output_fresh[0]]
-        return self.output_kind([outs[f] for f in self.output_fresh])
+        made = [outs[f] if view is None else outs[f].as_strided(*view) for f, view in self.output_fresh]
+        return made[0] if self.output_kind is None else self.output_kind(made)
 
     def _run_lanes(self, launches: list, lanes: list, events: list | None) -> None:
         """Launches in every lane, as Call runs them: an in-thread or split launch first waits for the workers'
@@ -237,15 +239,18 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     for j, a in enumerate(args):
         input_of.setdefault(storage_span(a)[0], j)
     derived = {j for j in (input_of.get(storage_span(_root(t))[0]) for t in recorder.derived_from) if j is not None}
+    transformed = {storage_span(t)[0] for t in recorder.transformed}  # whose inputs are `derived`
     tape = SteadyTape()
     tape.fresh_layouts, tape.fresh_ptrs, fresh_of, fresh_tensors = [], [], {}, []
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
     for bound, given, inputs, outs, planned in recorder.launches:
         if bound.prepares and inputs[1] is not given[1]:  # prepare() read a packed copy of B, kept while B's root is unchanged
-            j = input_of.get(storage_span(_root(given[1]))[0])
-            if j is None:  # packed anew each call (an activation, a planned result)
+            root = storage_span(_root(given[1]))[0]
+            j = input_of.get(root)
+            if j is None and root not in transformed:  # packed anew each call (an activation, a planned result)
                 return None
-            derived.add(j)
+            if j is not None:
+                derived.add(j)
         n_in, moving = len(inputs), []
         if not planned:
             for layout, out in zip(bound.outputs, outs):
@@ -265,11 +270,15 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
                 moving.append((k, ("out", fresh_of[address])))
         sources.append(moving)
     flat = output if isinstance(output, (tuple, list)) else [output]
-    index = {id(t): f for f, t in enumerate(fresh_tensors)}
-    if any(id(t) not in index for t in flat):
-        return None  # an output the steps make otherwise (an input, a view): the steps make it
     tape.output_kind = type(output) if isinstance(output, (tuple, list)) else None
-    tape.output_fresh = [index[id(t)] for t in flat]
+    tape.output_fresh = []
+    fresh_storage = {storage_span(t)[0]: f for f, t in enumerate(fresh_tensors)}
+    for t in flat:  # a fresh output, or a view of one (its layout is the call's, as the guards keep the inputs')
+        f = fresh_storage.get(storage_span(t)[0]) if isinstance(t, torch.Tensor) else None
+        if f is None:
+            return None  # an output the steps make otherwise (an input, a constant): the steps make it
+        view = None if t is fresh_tensors[f] else (tuple(t.shape), t.stride(), t.storage_offset())
+        tape.output_fresh.append((f, view))
     positions = {("in", j): [] for j in range(len(args))} | {("out", f): [] for f in range(len(fresh_tensors))}
     bounds = [bound for bound, *_ in recorder.launches]
     for bound, moving in zip(bounds, sources):
