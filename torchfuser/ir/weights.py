@@ -19,6 +19,13 @@ import weakref
 import torch
 
 
+def version_of(t: torch.Tensor):
+    """What says whether t was written since it was last seen: its version counter. An inference tensor (made
+    under torch.inference_mode) has none and may be written in place there: it gets a token equal to nothing, so
+    whatever is kept by version is made again each call (correct, only slower)."""
+    return object() if t.is_inference() else t._version
+
+
 class WeightTransform:
     """make(*args), kept while its tensor arguments are unchanged."""
 
@@ -39,7 +46,7 @@ class WeightTransform:
         """The result made last time, if every tensor argument is still the same tensor, storage and version."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         seen, result = self._made
-        if len(seen) == len(tensors) and all(ref() is t and address == t.data_ptr() and version == t._version
+        if len(seen) == len(tensors) and all(ref() is t and address == t.data_ptr() and version == version_of(t)
                                              for (ref, address, version), t in zip(seen, tensors)):
             return result
         return None
@@ -49,7 +56,7 @@ class WeightTransform:
         if result is None:
             result = self.make(*args)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            self._made = (tuple((weakref.ref(t), t.data_ptr(), t._version) for t in tensors), result)
+            self._made = (tuple((weakref.ref(t), t.data_ptr(), version_of(t)) for t in tensors), result)
         return result
 
 

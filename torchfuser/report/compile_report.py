@@ -191,10 +191,22 @@ class CompileReport:
                         f"{split['kernel_seconds'] * 1e3:.3f} ms + host overhead "
                         f"{split['host_overhead_seconds'] * 1e3:.3f} ms (launching, Python, ops in PyTorch)")
             lines.append(line)
+        lines += self._replay_lines()
         if self.memory:
             lines.append(f"    peak intermediate memory {self.memory['peak_intermediate_bytes'] / 2**20:.2f} MiB "
                          f"(eager {self.memory['eager_peak_intermediate_bytes'] / 2**20:.2f} MiB)")
         return "\n".join(lines)
+
+    def _replay_lines(self) -> list[str]:
+        """How steady calls ran: replayed from a tape (runtime/steady_tape.py), or why not."""
+        plan = self.plan
+        if plan is None or not getattr(plan, "calls", 0):
+            return []
+        if plan.tape_calls:
+            per_kernel, run = plan.tape_launches
+            chained = f", {per_kernel} launches run as {run}" if run < per_kernel else ""
+            return [f"    steady calls: {plan.tape_calls} of {plan.calls} replayed from a tape{chained}"]
+        return [f"    steady calls walk the plan: {plan.tape_note}"] if plan.tape_note else []
 
     def __repr__(self) -> str:
         return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"

@@ -99,7 +99,7 @@ class KernelStep:
         if call is not None:
             call.before_host_read(tensors_in(args))  # the PyTorch fallback reads on the host
             if call.recorder is not None:
-                call.recorder.decline()
+                call.recorder.decline(f"{self.name} runs in PyTorch")
         return target.reference(*args)
 
     def _bind(self, call: Call, target: FusedKernel, args, key: tuple) -> Bound:
@@ -294,6 +294,9 @@ class Plan:
         self._tape: SteadyTape | None = None  # the last steady call's launches, to replay
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
+        self.tape_launches = (0, 0)  # the last tape's launches: one per kernel, and as replays run them (chained)
+        # why the last steady call recorded no tape (None: it did, or none has recorded yet)
+        self.tape_note: str | None = "its sizes are symbols, bound per call" if self.sized else None
 
     def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
         builts = self.built.get((spec, lane, claimed))
@@ -351,7 +354,11 @@ class Plan:
         if call is not None and call.events:
             self._count(call.events, _profiles(self.calls))
         if call is not None and call.recorder is not None:
-            self._tape = record(call.recorder, args, output, self.runtime, self._ahead)
+            tape = record(call.recorder, args, output, self.runtime, self._ahead)
+            if isinstance(tape, str):
+                self._tape, self.tape_note = None, tape
+            else:
+                self._tape, self.tape_note, self.tape_launches = tape, None, (len(tape.launches), len(tape.fast[0]))
         self.calls += 1
         return output
 
@@ -396,7 +403,7 @@ class Plan:
                     if call is not None:
                         call.before_host_read(tensors_in(list(args) + list(kwargs.values())))
                         if call.recorder is not None:
-                            call.recorder.decline()
+                            call.recorder.decline(f"{getattr(target, '__name__', target)} runs in PyTorch")
                     env[slot] = target(*args, **kwargs)
                 else:
                     env[slot] = _fetch_attr(self.gm, target)

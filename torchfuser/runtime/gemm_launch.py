@@ -26,6 +26,7 @@ from torchfuser.codegen.opencl.gemm import tiled_local_floats
 from torchfuser.ir.dtypes import DTYPE_NAMES, TORCH_DTYPES
 from torchfuser.ir.kernels import GemmKernel, GemmSpec, PointwiseKernel
 from torchfuser.ir.window import Window
+from torchfuser.ir.weights import version_of
 from torchfuser.ir.layout import broadcast_strides, contiguous_strides, extent, index_type_for
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.launch import Launch, NoLaunch, vector_widths
@@ -215,7 +216,7 @@ class PackedWeights:
             root, key = b.root, (b.shape, b.strides, b.offset, tile_n)
         else:
             root, key = b._base if b._base is not None else b, (tuple(b.shape), b.stride(), b.storage_offset(), tile_n)
-        state = (root._version, root.data_ptr())
+        state = (version_of(root), root.data_ptr())
         last_ref, last_key, last_state, packed = self._last
         if last_ref is not None and last_ref() is root and state == last_state and last_key == key:
             return packed

@@ -28,6 +28,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from torchfuser.ir.weights import version_of
+
 ALIGNMENT = 64
 _POOL_PER_CLASS = 64  # blocks per size class: a 24-layer model's K and V, three generations of each, and more
 _POOL_BYTES_LIMIT = 2 << 30
@@ -245,13 +247,13 @@ class _CopyingCall:
             return self._produced[address][0]
         key = (address, nbytes)
         held = self.owner._resident.get(key)
-        if held is not None and held[0]() is t and held[1] == t._version:
+        if held is not None and held[0]() is t and held[1] == version_of(t):
             return held[2]
         flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
         host = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).numpy()
         buffer = cl.Buffer(self.device.context, flags, hostbuf=host) if nbytes else None
         if isinstance(t, torch.nn.Parameter):
-            self.owner._resident[key] = (weakref.ref(t), t._version, buffer)
+            self.owner._resident[key] = (weakref.ref(t), version_of(t), buffer)
         return buffer
 
     def wrote(self, t: torch.Tensor, buffer) -> None:

@@ -35,6 +35,7 @@ import weakref
 import torch
 
 from torchfuser.codegen.opencl.chained import chained_source
+from torchfuser.ir.weights import version_of
 from torchfuser.runtime.bound import Bound, cl_module, copy_kernel
 from torchfuser.runtime.call import start_split, wait_for_workers
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
@@ -52,19 +53,24 @@ _data_ptr = torch.Tensor.data_ptr
 class Recorder:
     """What a steady call launched, in order, and the tensors its weight transforms read."""
 
-    __slots__ = ("launches", "derived_from", "transformed", "valid")
+    __slots__ = ("launches", "derived_from", "transformed", "why_not")
 
     def __init__(self):
         self.launches: list[tuple] = []  # (bound, inputs as given, inputs the kernel read, outputs, planned)
         self.derived_from: list = []
         self.transformed: list = []  # the weight transforms' results (kept while what they read is unchanged)
-        self.valid = True
+        self.why_not: str | None = None  # why the call cannot be replayed, once something says so
 
     def launched(self, bound: Bound, given, inputs, outs, planned: bool) -> None:
         launch = bound.launch
-        if (launch.empty or not launch.static_arguments or bound.addresses is None
-                or (bound.prepares and not launch.prepare_from_weights)):
-            self.valid = False
+        if launch.empty:
+            self.decline(f"{bound.label} has nothing to compute (zero-size)")
+        elif not launch.static_arguments:
+            self.decline(f"{bound.label}'s arguments are made anew each call")
+        elif bound.prepares and not launch.prepare_from_weights:
+            self.decline(f"{bound.label} prepares its inputs on the host each call")
+        elif bound.addresses is None:
+            self.decline(f"{bound.label}'s inputs are copied into aligned memory each call")
         else:
             self.launches.append((bound, given, inputs, outs, planned))
 
@@ -74,9 +80,9 @@ class Recorder:
         self.transformed += [t for t in (made if isinstance(made, (tuple, list)) else [made])
                              if isinstance(t, torch.Tensor)]
 
-    def decline(self) -> None:
-        """A step a replay would not repeat (a PyTorch op) ran."""
-        self.valid = False
+    def decline(self, why: str) -> None:
+        """Something a replay would not repeat happened (a PyTorch op ran)."""
+        self.why_not = self.why_not or why
 
 
 class SteadyTape:
@@ -94,7 +100,7 @@ class SteadyTape:
         (label, event) per launch, for a profiled call."""
         for j, ref, version in self.derived:
             a = args[j]
-            if ref() is not a or a._version != version:
+            if ref() is not a or version_of(a) != version:
                 return None
         ptrs = list(map(_data_ptr, args))
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
@@ -230,11 +236,13 @@ def _armed_copy(kernel, arguments: list):
     return copied
 
 
-def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape | None:
+def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape | str:
     """The tape of the steady call the recorder followed (args, output: the call's; ahead: what the workers of
-    each split launch read ahead, executor.Plan._ahead), or None where a replay would not repeat it."""
-    if not recorder.valid or not recorder.launches or any(type(a) not in _PLAIN for a in args):
-        return None
+    each split launch read ahead, executor.Plan._ahead), or why a replay would not repeat it."""
+    if recorder.why_not or not recorder.launches:
+        return recorder.why_not or "it launches no kernel"
+    if any(type(a) not in _PLAIN for a in args):
+        return "an input is not a plain tensor (a number, a subclass)"
     input_of = {}  # storage address -> the first graph input on it
     for j, a in enumerate(args):
         input_of.setdefault(storage_span(a)[0], j)
@@ -248,7 +256,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
             root = storage_span(_root(given[1]))[0]
             j = input_of.get(root)
             if j is None and root not in transformed:  # packed anew each call (an activation, a planned result)
-                return None
+                return f"{bound.label}'s B is packed anew each call (it is not a weight)"
             if j is not None:
                 derived.add(j)
         n_in, moving = len(inputs), []
@@ -276,7 +284,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     for t in flat:  # a fresh output, or a view of one (its layout is the call's, as the guards keep the inputs')
         f = fresh_storage.get(storage_span(t)[0]) if isinstance(t, torch.Tensor) else None
         if f is None:
-            return None  # an output the steps make otherwise (an input, a constant): the steps make it
+            return "an output is not made by a kernel (an input, a constant)"
         view = None if t is fresh_tensors[f] else (tuple(t.shape), t.stride(), t.storage_offset())
         tape.output_fresh.append((f, view))
     positions = {("in", j): [] for j in range(len(args))} | {("out", f): [] for f in range(len(fresh_tensors))}
@@ -313,7 +321,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
     tape.input_ptrs = [a.data_ptr() for a in args]
     tape.input_offsets = [a.storage_offset() for a in args]
-    tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
+    tape.derived = [(j, weakref.ref(args[j]), version_of(args[j])) for j in sorted(derived)]
     return tape
 
 

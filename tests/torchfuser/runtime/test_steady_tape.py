@@ -49,6 +49,8 @@ def test_steady_calls_replay_with_new_inputs_and_kept_outputs():
         assert plan.tape_calls > 30
         tape = plan._tape
         assert len(tape.fast[0]) == 1 < len(tape.launches)  # the two GEMMs chained into one launch
+        assert f"{plan.tape_calls} of {plan.calls} replayed from a tape, 2 launches run as 1" in (
+            torchfuser.last_report().summary())
     assert sum(s.launches for s in plan.stats.values()) == 2 * plan.calls  # replayed launches are counted
     assert all(s.profiled > 0 and s.seconds > 0 for s in plan.stats.values())
 
@@ -97,6 +99,7 @@ def test_no_tape_where_a_call_runs_a_pytorch_op():
             torch.testing.assert_close(f(x, w), with_fallback(x, w), **TOL)
     plan = torchfuser.last_report().plan
     assert plan.tape_calls == 0 and plan.calls == 6
+    assert "steady calls walk the plan: cumsum.default runs in PyTorch" in torchfuser.last_report().summary()
 
 
 def test_views_of_outputs_and_packed_weight_transforms_replay():
@@ -144,3 +147,17 @@ def test_split_launches_replay_with_new_inputs(m, k, n):
     lanes = {step[2].last.lane for step in plan.steps if step[1] == KERNEL}
     if lanes & {SPLIT, THREADED}:
         assert plan.tape_calls > 20
+
+
+def test_a_model_made_under_inference_mode_is_compiled_and_its_weights_written_in_place_are_seen():
+    """Inference tensors keep no version: nothing is kept by version for them (packed copies, transforms, tapes)."""
+    with torch.inference_mode():
+        model = small_mlp()
+        x = torch.randn(4, 64)
+        f = torchfuser.compile(model)
+        for _ in range(4):
+            torch.testing.assert_close(f(x), model(x), **TOL)
+        model[0].weight.mul_(-1)
+        torch.testing.assert_close(f(x), model(x), **TOL)
+        model[2].weight.add_(1)
+        torch.testing.assert_close(f(x), model(x), **TOL)
