@@ -310,14 +310,17 @@ class Plan:
         are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
         if len(args) != len(self.placeholders):
             raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
-        tape, self._tape = self._tape, None
+        tape, self._tape = self._tape, None  # dropped if a replay raises
         if tape is not None and trusted and not self._running:
             events = [] if _profiles(self.calls) else None
             output = tape.replay(args, events)
             if output is not None:
                 self._tape, self._tape_declines = tape, 0
                 self.tape_calls += 1
-                self._count(tape.unprofiled if events is None else events, events is not None)
+                if events is None:
+                    self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
+                else:
+                    self._count(events, True)
                 self.calls += 1
                 return output
             self._tape_declines += 1

@@ -35,7 +35,6 @@ import weakref
 import torch
 
 from torchfuser.codegen.opencl.chained import chained_source
-from torchfuser.ir.weights import version_of
 from torchfuser.runtime.bound import Bound, cl_module, copy_kernel
 from torchfuser.runtime.call import start_split, wait_for_workers
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
@@ -100,7 +99,7 @@ class SteadyTape:
         (label, event) per launch, for a profiled call."""
         for j, ref, version in self.derived:
             a = args[j]
-            if ref() is not a or version_of(a) != version:
+            if ref() is not a or a._version != version:
                 return None
         ptrs = list(map(_data_ptr, args))
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
@@ -125,6 +124,8 @@ class SteadyTape:
                 self._run_lanes(self.launches, self.lanes, events)
             else:
                 self._run_lanes(*self.fast, None)
+        if self.output_kind is None and self.output_fresh[0] == (0, None):  # the one fresh output, returned
+            return outs[0]
         made = [outs[f] if view is None else outs[f].as_strided(*view) for f, view in self.output_fresh]
         return made[0] if self.output_kind is None else self.output_kind(made)
 
@@ -321,7 +322,9 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
     tape.input_ptrs = [a.data_ptr() for a in args]
     tape.input_offsets = [a.storage_offset() for a in args]
-    tape.derived = [(j, weakref.ref(args[j]), version_of(args[j])) for j in sorted(derived)]
+    if any(args[j].is_inference() for j in derived):  # no version to see it written by
+        return "a weight is an inference tensor (made under torch.inference_mode)"
+    tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
     return tape
 
 
