@@ -56,6 +56,8 @@ class Launch:
     # prepare() only swaps input 1 for a copy kept while that input's root tensor is unchanged (its address and
     # version): a steady call whose input 1 is unchanged gets the same list (runtime/steady_tape.py)
     prepare_from_weights: ClassVar[bool] = False
+    # prepare() only checks its inputs (raising on bad ones) and returns them: a replay runs it on the call's inputs
+    prepare_checks_only: ClassVar[bool] = False
 
     def prepare(self, inputs: list, call=None) -> list:
         """The tensors the kernel reads (e.g. a weight in its pre-packed layout), as a new list (the inputs are

@@ -13,6 +13,7 @@ another output layout) the flat schedule runs, computing jlast per element.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -64,6 +65,7 @@ class CheckedGatherLaunch(PointwiseLaunch):
     are waited for: the check costs a sync then, which graph-proven indices (`GatherRead.in_range`) skip."""
 
     checks: list = field(default_factory=list)  # (index input, rows)
+    prepare_checks_only: ClassVar[bool] = True
 
     def prepare(self, inputs: list, call=None) -> list:
         for index, rows in self.checks:

@@ -15,10 +15,11 @@ gets its outputs in two arena blocks in turn, and each arming stays set for one 
 
 Recorded (Recorder: Call.enqueue and the plan's steps fill it in during a steady call) only where that is all a
 steady call does: launches with static arguments (Launch.static_arguments) and no host work in prepare() beyond
-finding a kept copy of weights or of a weight transform's result (Launch.prepare_from_weights), no step a PyTorch
-op, every graph output a fresh kernel output or a view of one. A replay declines (returns None: the plan walks its
-steps, and records again) when an input the plan keeps derived copies of (packed weights, weight transforms) has
-moved or been written (its version), or an input moved to another storage offset. Before:
+finding a kept copy of weights or of a weight transform's result (Launch.prepare_from_weights) or checking inputs
+(Launch.prepare_checks_only: an embedding's indices, checked again each replay), no step a PyTorch op, every graph
+output a fresh kernel output or a view of one. A replay declines (returns None: the plan walks its steps, and
+records again) when an input the plan keeps derived copies of (packed weights, weight transforms) has moved or
+been written (its version), or an input moved to another storage offset. Before:
 
     Plan.run -> per step: fetch args, find the Bound, prepare (packed B), compare addresses, enqueue; sync, record
 After (a replay):
@@ -66,7 +67,7 @@ class Recorder:
             self.decline(f"{bound.label} has nothing to compute (zero-size)")
         elif not launch.static_arguments:
             self.decline(f"{bound.label}'s arguments are made anew each call")
-        elif bound.prepares and not launch.prepare_from_weights:
+        elif bound.prepares and not (launch.prepare_from_weights or launch.prepare_checks_only):
             self.decline(f"{bound.label} prepares its inputs on the host each call")
         elif bound.addresses is None:
             self.decline(f"{bound.label}'s inputs are copied into aligned memory each call")
@@ -92,7 +93,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions")
+                 "fast_positions", "slow_positions", "checks")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -104,6 +105,11 @@ class SteadyTape:
         ptrs = list(map(_data_ptr, args))
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
             return None
+        for launch, count, checked in self.checks:  # an embedding's indices, as its launch checks them
+            inputs = [None] * count
+            for i, j, view in checked:
+                inputs[i] = args[j] if view is None else args[j].as_strided(*view)
+            launch.prepare(inputs)
         outs = list(map(self.arena.allocate, self.fresh_layouts))
         ptrs = list(map(_data_ptr, outs))
         arming = self.arming
@@ -251,6 +257,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     transformed = {storage_span(t)[0] for t in recorder.transformed}  # whose inputs are `derived`
     tape = SteadyTape()
     tape.fresh_layouts, tape.fresh_ptrs, fresh_of, fresh_tensors = [], [], {}, []
+    tape.checks = []  # (launch, its input count, [(input checked, graph input, its view or None)])
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
     for bound, given, inputs, outs, planned in recorder.launches:
         if bound.prepares and inputs[1] is not given[1]:  # prepare() read a packed copy of B, kept while B's root is unchanged
@@ -261,6 +268,15 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
             if j is not None:
                 derived.add(j)
         n_in, moving = len(inputs), []
+        if bound.prepares and bound.launch.prepare_checks_only:
+            checked = []
+            for index, _ in bound.launch.checks:
+                j = input_of.get(storage_span(inputs[index])[0])
+                if j is None:
+                    return f"{bound.label} checks indices that are not a graph input"
+                t = inputs[index]
+                checked.append((index, j, None if t is args[j] else (tuple(t.shape), t.stride(), t.storage_offset())))
+            tape.checks.append((bound.launch, n_in, checked))
         if not planned:
             for layout, out in zip(bound.outputs, outs):
                 fresh_of[out.data_ptr()] = len(tape.fresh_layouts)

@@ -161,3 +161,22 @@ def test_a_model_made_under_inference_mode_is_compiled_and_its_weights_written_i
         torch.testing.assert_close(f(x), model(x), **TOL)
         model[2].weight.add_(1)
         torch.testing.assert_close(f(x), model(x), **TOL)
+
+
+def test_an_embedding_s_indices_are_checked_on_every_replay():
+    """The gather's host check (an index out of range raises, as eager's embedding does) runs in replays too."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 8)).eval()
+    ids = [torch.randint(0, 50, (2, 5)) for _ in range(3)]
+    with torch.no_grad():
+        f, plan = compiled_with_plan(model, ids[0])
+        for i in range(12):
+            torch.testing.assert_close(f(ids[i % 3]), model(ids[i % 3]), **TOL)
+        replayed = plan.tape_calls
+        bad = ids[0].clone()
+        bad[1, 2] = 50
+        with pytest.raises(IndexError):
+            f(bad)
+        torch.testing.assert_close(f(ids[1]), model(ids[1]), **TOL)
+    if in_thread(plan):
+        assert replayed > 5
