@@ -70,7 +70,8 @@ class Recorder:
         elif bound.prepares and not (launch.prepare_from_weights or launch.prepare_checks_only):
             self.decline(f"{bound.label} prepares its inputs on the host each call")
         elif bound.addresses is None:
-            self.decline(f"{bound.label}'s inputs are copied into aligned memory each call")
+            self.decline(f"{bound.label}'s buffers are bound anew each call (copies of misaligned inputs, or of "
+                         "every tensor for a device with its own memory)")
         else:
             self.launches.append((bound, given, inputs, outs, planned))
 
