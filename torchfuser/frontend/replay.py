@@ -26,9 +26,13 @@ _MISS = object()
 _TRANSLATIONS_KEPT = 64
 
 
+_ENTRIES_FOR_REGION = getattr(_eval_frame, "_get_cache_entries_for_region", None)
+
+
 def _get_entries(code, region: int) -> list:
-    getter = getattr(_eval_frame, "_get_cache_entries_for_region", None)
-    return getter(code, region) if getter is not None else _eval_frame._debug_get_cache_entry_list(code)
+    if _ENTRIES_FOR_REGION is not None:
+        return _ENTRIES_FOR_REGION(code, region)
+    return _eval_frame._debug_get_cache_entry_list(code)
 
 
 def _replayable(code: types.CodeType) -> bool:
@@ -161,8 +165,16 @@ class _ProfilerMarks(types.ModuleType):
     def __init__(self, utils):
         super().__init__(utils.__name__)
         self._utils = utils
-        for name in ("record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit"):
-            setattr(self, name, inspect.unwrap(getattr(utils, name)))
+        self._enter = inspect.unwrap(utils.record_pregraph_bytecode_enter)
+        self._exit = inspect.unwrap(utils.record_pregraph_bytecode_exit)
+
+    def record_pregraph_bytecode_enter(self):
+        """Dynamo's mark where a profiler runs; else nothing to enter (no context made per call)."""
+        return self._enter() if torch.autograd.profiler._is_profiler_enabled else None
+
+    def record_pregraph_bytecode_exit(self, mark) -> None:
+        if mark is not None:
+            self._exit(mark)
 
     def __getattr__(self, name):
         return getattr(self._utils, name)
