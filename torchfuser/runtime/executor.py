@@ -12,7 +12,9 @@ configured launch and argument list (offsets and scalars filled in once); a call
 of this call's tensors, and sets a kernel's arguments only when one of them changed. When a call's inputs
 have the layouts of the call before it (the caller's guards vouch for shapes and strides: `trusted`),
 every step whose inputs come from the graph's inputs, its kernels or views of them reuses its last launch
-without looking at its arguments' layouts, and views of unchanged tensors are reused as they are.
+without looking at its arguments' layouts, and views of unchanged tensors are reused as they are. Where a steady
+call's steps only launch kernels, the next ones replay a tape of its launches without walking the steps at all
+(steady_tape.py).
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from torchfuser.runtime.kernel_cache import KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout, PlannedBlocks
-from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
+from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.virtual_views import VirtualView, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
