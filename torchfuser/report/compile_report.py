@@ -200,13 +200,13 @@ class CompileReport:
     def _replay_lines(self) -> list[str]:
         """How steady calls ran: replayed from a tape (runtime/steady_tape.py), or why not."""
         plan = self.plan
-        if plan is None or not getattr(plan, "calls", 0):
-            return []
-        if plan.tape_calls:
+        calls, replayed = getattr(plan, "calls", 0), getattr(plan, "tape_calls", 0)
+        if replayed:
             per_kernel, run = plan.tape_launches
             chained = f", {per_kernel} launches run as {run}" if run < per_kernel else ""
-            return [f"    steady calls: {plan.tape_calls} of {plan.calls} replayed from a tape{chained}"]
-        return [f"    steady calls walk the plan: {plan.tape_note}"] if plan.tape_note else []
+            return [f"    steady calls: {replayed} of {calls} replayed from a tape{chained}"]
+        note = getattr(plan, "tape_note", None)
+        return [f"    steady calls walk the plan: {note}"] if calls and note else []
 
     def __repr__(self) -> str:
         return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"

@@ -47,6 +47,7 @@ from torchfuser.runtime.virtual_views import VirtualView, real, virtual_view
 
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
+TAPES_KEPT = 64  # tapes a plan with symbols keeps, one per symbol values (the oldest goes first)
 SIZES_KEPT = 256  # distinct symbol values a plan records
 BOUNDS_KEPT = 64  # bound launches a kernel step keeps, one per input layout (the oldest goes first)
 
@@ -142,6 +143,7 @@ class KernelStep:
         oldest = self.bound.pop(key)
         if oldest is self.last:
             self.last = None
+        self.plan._tapes.clear()  # a tape may launch the oldest's kernels, which the new bound may take
         return oldest if call.planned and builts and oldest.builts is builts else None
 
 
@@ -293,12 +295,14 @@ class Plan:
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
         self._ahead: dict = {}  # what a call's lingering workers read ahead (Call.ahead), from the last call
-        self._tape: SteadyTape | None = None  # the last steady call's launches, to replay
+        # symbol values -> the launches of a steady call with them, to replay (one entry, (), without symbols)
+        self._tapes: dict[tuple, SteadyTape] = {}
+        self._replayed: SteadyTape | None = None  # the tape that set the Bounds' kernels last, if one did
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
         self.tape_launches = (0, 0)  # the last tape's launches: one per kernel, and as replays run them (chained)
         # why the last steady call recorded no tape (None: it did, or none has recorded yet)
-        self.tape_note: str | None = "its sizes are symbols, bound per call" if self.sized else None
+        self.tape_note: str | None = None
 
     def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
         builts = self.built.get((spec, lane, claimed))
@@ -312,12 +316,19 @@ class Plan:
         are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
         if len(args) != len(self.placeholders):
             raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
-        tape, self._tape = self._tape, None  # dropped if a replay raises
+        sizes = ()
+        if self.sized:
+            sizes = self.bindings.values(args)
+            if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
+                self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
+        tape = self._tapes.pop(sizes, None)  # dropped if a replay raises
         if tape is not None and trusted and not self._running:
+            if tape is not self._replayed:  # a walk or another tape set the Bounds' kernels since it last ran
+                tape.forget()
             events = [] if _profiles(self.calls) else None
             output = tape.replay(args, events)
             if output is not None:
-                self._tape, self._tape_declines = tape, 0
+                self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
                 self.tape_calls += 1
                 if events is None:
                     self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
@@ -326,14 +337,10 @@ class Plan:
                 self.calls += 1
                 return output
             self._tape_declines += 1
+        self._replayed = None  # the walk sets the Bounds' kernels
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
-        sizes = ()
-        if self.sized:
-            sizes = self.bindings.values(args)
-            if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
-                self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
         signature = (_signature(args, trusted, self.sized), sizes)
         call = None
         if self.runtime is not None:
@@ -343,7 +350,10 @@ class Plan:
             call.steady_unsized = last is not None and signature[0] == last[0]
             call.planned = not self._running  # a re-entrant call must not share the planned blocks
             call.ahead = self._ahead
-            if call.steady and trusted and call.planned and not self.sized and self._records_tape():
+            # a plan with symbols records a tape per symbol values, once they come again (a generate of a
+            # length seen before): a first generate's every call has new ones, and recording costs a walk's time
+            repeats = call.steady_unsized and self.sizes_run.get(sizes, 0) > 1 if self.sized else call.steady
+            if repeats and trusted and call.planned and self._records_tape():
                 call.recorder = Recorder()
         self._last_signature = None
         reentrant, self._running = self._running, True
@@ -359,11 +369,14 @@ class Plan:
         if call is not None and call.events:
             self._count(call.events, _profiles(self.calls))
         if call is not None and call.recorder is not None:
-            tape = record(call.recorder, args, output, self.runtime, self._ahead)
+            tape = record(call.recorder, args, output, self.runtime, self._ahead, shared=self.sized)
             if isinstance(tape, str):
-                self._tape, self.tape_note = None, tape
+                self.tape_note = tape
             else:
-                self._tape, self.tape_note, self.tape_launches = tape, None, (len(tape.launches), len(tape.fast[0]))
+                if len(self._tapes) >= TAPES_KEPT:
+                    del self._tapes[next(iter(self._tapes))]
+                self._tapes[sizes], self._replayed = tape, tape
+                self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
         self.calls += 1
         return output
 
@@ -405,9 +418,11 @@ class Plan:
                     if cache is not None:
                         cache.keep(args[0], env[slot])
                 elif kind == FALLBACK:
+                    tensors = tensors_in(list(args) + list(kwargs.values()))
                     if call is not None:
-                        call.before_host_read(tensors_in(list(args) + list(kwargs.values())))
-                        if call.recorder is not None:
+                        call.before_host_read(tensors)
+                        # arithmetic on the symbols' values (no tensor) gives what the same values gave before
+                        if call.recorder is not None and (tensors or target not in _SIZE_ARITHMETIC):
                             call.recorder.decline(f"{getattr(target, '__name__', target)} runs in PyTorch")
                     env[slot] = target(*args, **kwargs)
                 else:
@@ -447,6 +462,10 @@ class Plan:
             stats.launches += 1
             stats.profiled += 1
             stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+_SIZE_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+                    operator.truediv, torch.sym_max, torch.sym_min, torch.sym_int, torch.sym_float}
 
 
 def _profiles(calls: int) -> bool:

@@ -94,7 +94,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks")
+                 "fast_positions", "slow_positions", "checks", "numbers")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -103,7 +103,7 @@ class SteadyTape:
             a = args[j]
             if ref() is not a or a._version != version:
                 return None
-        ptrs = list(map(_data_ptr, args))
+        ptrs = _addresses(args, self.numbers)
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
             return None
         for launch, count, checked in self.checks:  # an embedding's indices, as its launch checks them
@@ -156,6 +156,14 @@ class SteadyTape:
         if worker is not None:
             wait_for_workers(runtime, worker, claimed)
 
+    def forget(self) -> None:
+        """Something else set the Bounds' kernels since this tape last ran (a walk, another tape of the plan): the
+        next replay sets every input's and output's buffer again (the weights' stay: the same for every tape)."""
+        kept = {j for j, _, _ in self.derived} | self.numbers
+        self.input_ptrs = [p if j in kept else None for j, p in enumerate(self.input_ptrs)]
+        self.fresh_ptrs = [None] * len(self.fresh_ptrs)
+        self.launches_armed = None
+
     def _switch_arming(self, outs, ptrs) -> "_Arming":
         """The arming for fresh outputs at these addresses: the spare one (made from this one the first time), with
         the buffers of the outputs that are elsewhere set. A caller that keeps each result until the next call
@@ -191,7 +199,7 @@ class SteadyTape:
             if recorded == ptr:
                 continue
             a = args[j]
-            if j in derived or a.storage_offset() != self.input_offsets[j]:
+            if j in derived or j in self.numbers or a.storage_offset() != self.input_offsets[j]:
                 return False
             buffer = self.binder.bind(a)
             if buffer is None:  # misaligned user memory: the plan's steps copy it
@@ -244,16 +252,19 @@ def _armed_copy(kernel, arguments: list):
     return copied
 
 
-def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape | str:
+def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool = False) -> SteadyTape | str:
     """The tape of the steady call the recorder followed (args, output: the call's; ahead: what the workers of
-    each split launch read ahead, executor.Plan._ahead), or why a replay would not repeat it."""
+    each split launch read ahead, executor.Plan._ahead), or why a replay would not repeat it. shared: one of
+    several tapes of a plan (one per symbol values): no chained launches (their grids would be built into a new
+    kernel per size) and no kernels of its own (copies for every tape), only the Bounds'."""
     if recorder.why_not or not recorder.launches:
         return recorder.why_not or "it launches no kernel"
-    if any(type(a) not in _PLAIN for a in args):
-        return "an input is not a plain tensor (a number, a subclass)"
+    if any(type(a) not in _PLAIN and type(a) is not int for a in args):
+        return "an input is neither a plain tensor nor an integer (a subclass, a float)"
     input_of = {}  # storage address -> the first graph input on it
     for j, a in enumerate(args):
-        input_of.setdefault(storage_span(a)[0], j)
+        if type(a) is not int:  # (an integer is a symbol's value: the same for every call of this tape)
+            input_of.setdefault(storage_span(a)[0], j)
     derived = {j for j in (input_of.get(storage_span(_root(t))[0]) for t in recorder.derived_from) if j is not None}
     transformed = {storage_span(t)[0] for t in recorder.transformed}  # whose inputs are `derived`
     tape = SteadyTape()
@@ -261,7 +272,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     tape.checks = []  # (launch, its input count, [(input checked, graph input, its view or None)])
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
     for bound, given, inputs, outs, planned in recorder.launches:
-        if bound.prepares and inputs[1] is not given[1]:  # prepare() read a packed copy of B, kept while B's root is unchanged
+        if bound.prepares and inputs[1] is not given[1]:  # a packed copy of B, kept while B's root is unchanged
             root = storage_span(_root(given[1]))[0]
             j = input_of.get(root)
             if j is None and root not in transformed:  # packed anew each call (an activation, a planned result)
@@ -312,7 +323,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
             positions[source].append((bound.kernels, k, bound))
     tape.held = {}
     tape.launches, tape.lanes = _launches(bounds, runtime, ahead)
-    fast = _fast_launches(bounds, runtime, ahead)
+    fast = _fast_launches(bounds, runtime, ahead, chains=not shared)
     tape.fast = ([launch for launch, *_ in fast], [lane for _, lane, *_ in fast])
     tape.fast_positions = {source: [] for source in positions}
     for i, (_, _, parts, _) in enumerate(fast):
@@ -320,7 +331,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
             for k, source in sources[b]:
                 tape.fast_positions[source].append((i, offset + k))
     tape.arming = tape.spare = None
-    if all(bound.lane == INLINE and bound.armed is not None for bound in bounds):
+    if not shared and all(bound.lane == INLINE and bound.armed is not None for bound in bounds):
         tape.arming = _own_arming(fast, bounds, tape.fast_positions, tape.fresh_ptrs)
         tape.launches_armed, tape.slow_positions = tape.arming, positions
     else:  # the chained kernels are set with the Bounds' own
@@ -337,8 +348,9 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict) -> SteadyTape
     # None where every launch runs in the calling thread: no lane to look at
     tape.runtime = None if all(bound.lane == INLINE for bound in bounds) else runtime
     tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
-    tape.input_ptrs = [a.data_ptr() for a in args]
-    tape.input_offsets = [a.storage_offset() for a in args]
+    tape.numbers = {j for j, a in enumerate(args) if type(a) is int}  # inputs that are symbols' values
+    tape.input_ptrs = _addresses(args, tape.numbers)
+    tape.input_offsets = [a if type(a) is int else a.storage_offset() for a in args]
     if any(args[j].is_inference() for j in derived):  # no version to see it written by
         return "a weight is an inference tensor (made under torch.inference_mode)"
     tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
@@ -369,13 +381,13 @@ def _launches(bounds: list, runtime, ahead: dict) -> tuple[list, list]:
     return launches, lanes
 
 
-def _fast_launches(bounds: list, runtime, ahead: dict) -> list[tuple]:
+def _fast_launches(bounds: list, runtime, ahead: dict, chains: bool = True) -> list[tuple]:
     """The tape's launches with each run of consecutive in-thread launches that chain as one launch: per launch,
     (queue, kernel, global size, local size), (lane, bound, what its workers read ahead), the Bounds it runs as
     (index, where its arguments start), and the chained kernel's arguments (None: a Bound's own kernel)."""
     runs, run = [], []
     for i, bound in enumerate(bounds + [None]):
-        if bound is not None and bound.lane == INLINE and _chains(bound):
+        if chains and bound is not None and bound.lane == INLINE and _chains(bound):
             run.append(i)
             continue
         runs += [run] if len(run) > 1 else [[j] for j in run]
@@ -422,6 +434,13 @@ def _chain(run: list, runtime) -> tuple | None:
     kernel.set_scalar_arg_dtypes([getattr(a, "dtype", None) for a in arguments])
     kernel.set_args(*arguments)
     return kernel, offsets, arguments
+
+
+def _addresses(args, numbers: set) -> list:
+    """Each input's data address (an integer input as it is)."""
+    if not numbers:
+        return list(map(_data_ptr, args))
+    return [a if type(a) is int else a.data_ptr() for a in args]
 
 
 def _root(t):

@@ -217,7 +217,7 @@ def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
         for _ in range(3):
             torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
         steady = set(touched)
-        tapes = [torchfuser.last_report().plan._tape]
+        tapes = [torchfuser.last_report().plan._tapes[()]]
         x2 = torch.randn(16, 64)
         torch.testing.assert_close(f(x2), model(x2), rtol=1e-4, atol=1e-4)
     if isinstance(Runtime.for_device(get_device()).binder, ZeroCopyBinder):  # uploads are new buffers per call

@@ -55,7 +55,7 @@ def test_steady_calls_replay_with_new_inputs_and_kept_outputs():
             torch.testing.assert_close(f(xs[i % 3]).clone(), model(xs[i % 3]), **TOL)
     if in_thread(plan):
         assert plan.tape_calls > 30
-        tape = plan._tape
+        tape = plan._tapes[()]
         assert len(tape.fast[0]) == 1 < len(tape.launches)  # the two GEMMs chained into one launch
         assert f"{plan.tape_calls} of {plan.calls} replayed from a tape, 2 launches run as 1" in (
             torchfuser.last_report().summary())
@@ -189,3 +189,24 @@ def test_an_embedding_s_indices_are_checked_on_every_replay():
         torch.testing.assert_close(f(ids[1]), model(ids[1]), **TOL)
     if in_thread(plan):
         assert replayed > 5
+
+
+def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
+    """One tape per symbol values once they repeat (a generate of a length seen before), every tape sharing the
+    plan's Bounds: going from one tape to another, or through a walk for a new length, sets every buffer again."""
+
+    def mlp(x, w1, w2):
+        return torch.relu(torch.softmax(x @ w1, dim=-1) @ w2) + x.mean(-1, keepdim=True)
+
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(16, 24), torch.randn(24, 16)
+    f = torch.compile(mlp, backend="torchfuser", dynamic=True)
+    lengths = [7, 2, 128, 7, 2, 128, 33, 7, 2, 128, 7, 2, 128]  # (Dynamo specialises a size of 1)
+    with torch.no_grad():
+        for n in lengths * 2:
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(f(x, w1, w2), mlp(x, w1, w2), rtol=1e-4, atol=1e-5)
+    plan = torchfuser.last_report().plan
+    assert plan.sized and plan.calls == len(lengths) * 2
+    if zero_copy():
+        assert plan.tape_calls >= 12  # each length's third call on
