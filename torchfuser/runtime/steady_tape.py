@@ -306,6 +306,8 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
             elif address in fresh_of:
                 moving.append((k, ("out", fresh_of[address])))
         sources.append(moving)
+    if any(args[j].is_inference() for j in derived):  # no version to see it written by
+        return "a weight is an inference tensor (made under torch.inference_mode)"
     flat = output if isinstance(output, (tuple, list)) else [output]
     tape.output_kind = type(output) if isinstance(output, (tuple, list)) else None
     tape.output_fresh = []
@@ -351,8 +353,6 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     tape.numbers = {j for j, a in enumerate(args) if type(a) is int}  # inputs that are symbols' values
     tape.input_ptrs = _addresses(args, tape.numbers)
     tape.input_offsets = [a if type(a) is int else a.storage_offset() for a in args]
-    if any(args[j].is_inference() for j in derived):  # no version to see it written by
-        return "a weight is an inference tensor (made under torch.inference_mode)"
     tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
     return tape
 
