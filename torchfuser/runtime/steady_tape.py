@@ -94,7 +94,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks", "numbers")
+                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -159,7 +159,7 @@ class SteadyTape:
     def forget(self) -> None:
         """Something else set the Bounds' kernels since this tape last ran (a walk, another tape of the plan): the
         next replay sets every input's and output's buffer again (the weights' stay: the same for every tape)."""
-        kept = {j for j, _, _ in self.derived} | self.numbers
+        kept = self.derived_slots | self.numbers
         self.input_ptrs = [p if j in kept else None for j, p in enumerate(self.input_ptrs)]
         self.fresh_ptrs = [None] * len(self.fresh_ptrs)
         self.launches_armed = None
@@ -194,7 +194,7 @@ class SteadyTape:
                 self.fresh_ptrs[f] = ptr
 
     def _rebind_inputs(self, args, ptrs) -> bool:
-        derived = {j for j, _, _ in self.derived}
+        derived = self.derived_slots
         for j, (recorded, ptr) in enumerate(zip(self.input_ptrs, ptrs)):
             if recorded == ptr:
                 continue
@@ -354,6 +354,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     tape.input_ptrs = _addresses(args, tape.numbers)
     tape.input_offsets = [a if type(a) is int else a.storage_offset() for a in args]
     tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
+    tape.derived_slots = derived
     return tape
 
 
