@@ -10,6 +10,9 @@ from transformers import (
 )
 
 import torchfuser
+from torchfuser.runtime.call import Runtime
+from torchfuser.runtime.device import get_device
+from torchfuser.runtime.memory import ZeroCopyBinder
 
 SMALL = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64,
              intermediate_size=160, vocab_size=128, max_position_embeddings=128)
@@ -70,4 +73,15 @@ def test_generate_with_the_static_cache(family):
     with torch.no_grad():
         expected = generate(model, ids, cache_implementation="static")
         model.forward = torch.compile(model.forward, backend="torchfuser")
-        assert torch.equal(generate(model, ids, cache_implementation="static"), expected)
+        with torchfuser.collect_reports() as reports:
+            for _ in range(2):
+                assert torch.equal(generate(model, ids, cache_implementation="static"), expected)
+    # the cache's update is written into the cache (not copied whole, twice), and the decode steps replay a tape
+    decode = [r for r in reports if r.plan is not None and r.plan.calls > 2]
+    assert decode and all(_passes(r)["index_put_in_place"].get("written_in_place") for r in decode)
+    if isinstance(Runtime.for_device(get_device()).binder, ZeroCopyBinder):
+        assert sum(r.plan.tape_calls for r in decode) > NEW_TOKENS, [r.summary() for r in decode]
+
+
+def _passes(report) -> dict:
+    return {p["name"]: p["stats"] for p in report.to_dict()["passes"]}

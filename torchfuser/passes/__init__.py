@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torchfuser.passes import (
     batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
-    depthwise_conv_as_windows, eliminate_dead_code, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
+    depthwise_conv_as_windows, eliminate_dead_code, index_put_in_place, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
     fuse_pointwise, fuse_reductions, fuse_window_into_gemm, gemm_result_channels_first, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
     pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
 )
@@ -18,6 +18,8 @@ from torchfuser.passes.pipeline import (
     PASSES, PIPELINE, Instrument, PassRecord, check_pass_names, kept_ops, register_pass, run_pipeline, unregister_pass,
 )
 
+# a graph input's functionalised update written back (a static KV cache's) as the in-place write it was
+register_pass("index_put_in_place", index_put_in_place.index_put_in_place)
 # numbers Dynamo passes as 0-d tensors (dynamic shapes) first, so that every fusion below sees them as inputs
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
 # inference batch norm after a convolution folded into its weights (made once per weight version)

@@ -320,7 +320,7 @@ class Plan:
                         call.before_host_read(tensors)
                         # arithmetic on the symbols' values (no tensor) gives what the same values gave before
                         if call.recorder is not None and (tensors or target not in _SIZE_ARITHMETIC):
-                            call.recorder.decline(f"{getattr(target, '__name__', target)} runs in PyTorch")
+                            call.recorder.ran_in_pytorch(target, args, kwargs)
                     env[slot] = target(*args, **kwargs)
                 else:
                     env[slot] = _fetch_attr(self.gm, target)

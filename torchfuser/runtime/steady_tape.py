@@ -38,6 +38,7 @@ import torch
 from torchfuser.codegen.opencl.chained import chained_source
 from torchfuser.runtime.bound import Bound, cl_module, copy_kernel
 from torchfuser.runtime.call import start_split, wait_for_workers
+from torchfuser.runtime.host_ops import host_op, writes_input_in_place
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.memory import storage_span
@@ -45,6 +46,7 @@ from torchfuser.runtime.virtual_views import VirtualView
 
 logger = logging.getLogger("torchfuser")
 
+HOST = "host"  # a tape's lane for a PyTorch op writing a graph input (host_ops.py), run between its launches
 CHAIN_ITEMS = 64  # work-items of a launch with wider groups that still runs in a chain, one by one
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _data_ptr = torch.Tensor.data_ptr
@@ -53,10 +55,11 @@ _data_ptr = torch.Tensor.data_ptr
 class Recorder:
     """What a steady call launched, in order, and the tensors its weight transforms read."""
 
-    __slots__ = ("launches", "derived_from", "transformed", "why_not")
+    __slots__ = ("launches", "host_ops", "derived_from", "transformed", "why_not")
 
     def __init__(self):
         self.launches: list[tuple] = []  # (bound, inputs as given, inputs the kernel read, outputs, planned)
+        self.host_ops: list[tuple] = []  # (launches before it, op, args, kwargs): PyTorch ops writing an input
         self.derived_from: list = []
         self.transformed: list = []  # the weight transforms' results (kept while what they read is unchanged)
         self.why_not: str | None = None  # why the call cannot be replayed, once something says so
@@ -80,6 +83,13 @@ class Recorder:
         self.derived_from += tensors
         self.transformed += [t for t in (made if isinstance(made, (tuple, list)) else [made])
                              if isinstance(t, torch.Tensor)]
+
+    def ran_in_pytorch(self, target, args, kwargs: dict) -> None:
+        """A PyTorch op ran: taped where it writes a graph input in place (host_ops.py), else no tape."""
+        if writes_input_in_place(target):
+            self.host_ops.append((len(self.launches), target, args, kwargs))
+        else:
+            self.decline(f"{getattr(target, '__name__', target)} runs in PyTorch")
 
     def decline(self, why: str) -> None:
         """Something a replay would not repeat happened (a PyTorch op ran)."""
@@ -119,7 +129,7 @@ class SteadyTape:
                 arming = self._switch_arming(outs, ptrs)
             if events is not None:
                 self._arm_launches(arming)
-                self._run_lanes(self.launches, self.lanes, events)
+                self._run_lanes(self.launches, self.lanes, events, args)
             else:
                 enqueue = self.enqueue
                 for (queue, _, global_size, local_size), kernel in zip(self.fast[0], arming.kernels):
@@ -128,23 +138,26 @@ class SteadyTape:
             if ptrs != self.fresh_ptrs:
                 self._rebind_outputs(outs, ptrs)
             if events is not None:
-                self._run_lanes(self.launches, self.lanes, events)
+                self._run_lanes(self.launches, self.lanes, events, args)
             else:
-                self._run_lanes(*self.fast, None)
+                self._run_lanes(*self.fast, None, args)
         if self.output_kind is None and self.output_fresh[0] == (0, None):  # the one fresh output, returned
             return outs[0]
         made = [outs[f] if view is None else outs[f].as_strided(*view) for f, view in self.output_fresh]
         return made[0] if self.output_kind is None else self.output_kind(made)
 
-    def _run_lanes(self, launches: list, lanes: list, events: list | None) -> None:
-        """Launches in every lane, as Call runs them: an in-thread or split launch first waits for the workers'
-        launches before it (it may read what they write), the call for the last of them."""
+    def _run_lanes(self, launches: list, lanes: list, events: list | None, args) -> None:
+        """Launches in every lane, as Call runs them: an in-thread or split launch, or a PyTorch op, first waits for
+        the workers' launches before it (it may read what they write), the call for the last of them."""
         enqueue, runtime = self.enqueue, self.runtime
         worker = claimed = None
         for k, ((queue, kernel, global_size, local_size), (lane, bound, ahead)) in enumerate(zip(launches, lanes)):
             if lane != THREADED and worker is not None:
                 wait_for_workers(runtime, worker, claimed)
                 worker = None
+            if lane == HOST:  # `bound` is the HostOp
+                bound(args)
+                continue
             if lane == SPLIT:
                 profiled, worker, claimed = start_split(runtime, bound, ahead)
             else:
@@ -318,14 +331,25 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
             return "an output is not made by a kernel (an input, a constant)"
         view = None if t is fresh_tensors[f] else (tuple(t.shape), t.stride(), t.storage_offset())
         tape.output_fresh.append((f, view))
+    hosts = []  # (launches before it, HostOp)
+    for before, target, given, kwargs in recorder.host_ops:
+        op = host_op(target, given, kwargs, args, input_of, fresh_of)
+        if isinstance(op, str):
+            return op
+        hosts.append((before, op))
     positions = {("in", j): [] for j in range(len(args))} | {("out", f): [] for f in range(len(fresh_tensors))}
     bounds = [bound for bound, *_ in recorder.launches]
     for bound, moving in zip(bounds, sources):
         for k, source in moving:
             positions[source].append((bound.kernels, k, bound))
     tape.held = {}
-    tape.launches, tape.lanes = _launches(bounds, runtime, ahead)
-    fast = _fast_launches(bounds, runtime, ahead, chains=not shared)
+    launches, lanes = _launches(bounds, runtime, ahead)
+    starts = range(len(bounds))
+    tape.launches = _placed(launches, starts, hosts, lambda op: (None, op, None, None))
+    tape.lanes = _placed(lanes, starts, hosts, lambda op: (HOST, op, None))
+    fast = _fast_launches(bounds, runtime, ahead, chains=not shared, breaks={before for before, _ in hosts})
+    fast = _placed(fast, [parts[0][0] for _, _, parts, _ in fast], hosts,
+                   lambda op: ((None, op, None, None), (HOST, op, None), [], None))
     tape.fast = ([launch for launch, *_ in fast], [lane for _, lane, *_ in fast])
     tape.fast_positions = {source: [] for source in positions}
     for i, (_, _, parts, _) in enumerate(fast):
@@ -333,7 +357,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
             for k, source in sources[b]:
                 tape.fast_positions[source].append((i, offset + k))
     tape.arming = tape.spare = None
-    if not shared and all(bound.lane == INLINE and bound.armed is not None for bound in bounds):
+    if not shared and not hosts and all(bound.lane == INLINE and bound.armed is not None for bound in bounds):
         tape.arming = _own_arming(fast, bounds, tape.fast_positions, tape.fresh_ptrs)
         tape.launches_armed, tape.slow_positions = tape.arming, positions
     else:  # the chained kernels are set with the Bounds' own
@@ -345,8 +369,8 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
                         positions[source].append(((launch[1],), offset + k, bounds[b]))
     tape.input_positions = [positions[("in", j)] for j in range(len(args))]
     tape.fresh_positions = [positions[("out", f)] for f in range(len(fresh_tensors))]
-    tape.labels = [bound.label for bound in bounds]
-    tape.unprofiled = [(label, None) for label in tape.labels]  # what an unprofiled call counts
+    tape.labels = _placed([bound.label for bound in bounds], starts, hosts, lambda op: None)
+    tape.unprofiled = [(label, None) for label in tape.labels if label is not None]  # what an unprofiled call counts
     # None where every launch runs in the calling thread: no lane to look at
     tape.runtime = None if all(bound.lane == INLINE for bound in bounds) else runtime
     tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
@@ -382,12 +406,16 @@ def _launches(bounds: list, runtime, ahead: dict) -> tuple[list, list]:
     return launches, lanes
 
 
-def _fast_launches(bounds: list, runtime, ahead: dict, chains: bool = True) -> list[tuple]:
+def _fast_launches(bounds: list, runtime, ahead: dict, chains: bool = True, breaks=frozenset()) -> list[tuple]:
     """The tape's launches with each run of consecutive in-thread launches that chain as one launch: per launch,
     (queue, kernel, global size, local size), (lane, bound, what its workers read ahead), the Bounds it runs as
-    (index, where its arguments start), and the chained kernel's arguments (None: a Bound's own kernel)."""
+    (index, where its arguments start), and the chained kernel's arguments (None: a Bound's own kernel).
+    breaks: the launches a chain must not run on into (a PyTorch op runs before them)."""
     runs, run = [], []
     for i, bound in enumerate(bounds + [None]):
+        if i in breaks and run:
+            runs += [run] if len(run) > 1 else [[j] for j in run]
+            run = []
         if chains and bound is not None and bound.lane == INLINE and _chains(bound):
             run.append(i)
             continue
@@ -406,6 +434,18 @@ def _fast_launches(bounds: list, runtime, ahead: dict, chains: bool = True) -> l
             fast.append(((runtime.device.inline.queue, kernel, (1,), (1,)), (INLINE, None, None),
                          list(zip(run, offsets)), arguments))
     return fast
+
+
+def _placed(entries: list, starts, hosts: list, host_entry) -> list:
+    """entries (each starting at launch `starts[i]`) with each host op's entry placed before the first launch
+    after it (host: (launches before it, op))."""
+    placed, h = [], 0
+    for entry, start in zip(entries, starts):
+        while h < len(hosts) and hosts[h][0] <= start:
+            placed.append(host_entry(hosts[h][1]))
+            h += 1
+        placed.append(entry)
+    return placed + [host_entry(op) for _, op in hosts[h:]]
 
 
 def _chains(bound: Bound) -> bool:

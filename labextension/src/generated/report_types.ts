@@ -183,7 +183,7 @@ export interface WireKernel {
   name: string;
   /** the fused node's id in the graphs */
   node: string;
-  /** pointwise | gemm | reduction | attention */
+  /** a registered kernel kind: pointwise | gemm | reduction | attention | cat | window */
   kind: string;
   group: number;
   /** sha256 hex; the key of its kernel_sources entry */

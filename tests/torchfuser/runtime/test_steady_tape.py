@@ -212,3 +212,39 @@ def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
     assert plan.sized and plan.calls == len(lengths) * 2
     if zero_copy():
         assert plan.tape_calls >= 12  # each length's third call on
+
+
+class CounterCache(nn.Module):
+    """A cache written in place at a position counter (a static KV cache's update), then read by a kernel."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(6, 8))
+        self.register_buffer("length", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        y = self.proj(x)
+        self.cache.index_copy_(0, torch.arange(1) + self.length, y)
+        self.length.add_(1)
+        return self.cache.sum(0) * 2
+
+
+def test_ops_writing_an_input_in_place_replay_between_the_launches():
+    model, eager = CounterCache().eval(), CounterCache().eval()
+    f = torchfuser.compile(model)
+    torch.manual_seed(1)
+    xs = [torch.randn(1, 8) for _ in range(5)]
+    with torch.no_grad():
+        for round in range(3):
+            for x in xs:
+                torch.testing.assert_close(f(x), eager(x), **TOL)
+            for m in (model, eager):  # a new generate: the cache reset in place
+                m.cache.zero_()
+                m.length.zero_()
+        torch.testing.assert_close(model.cache, eager.cache, **TOL)
+    plan = torchfuser.last_report().plan
+    if zero_copy():
+        assert plan.tape_calls >= 8, torchfuser.last_report().summary()
+

@@ -7,6 +7,7 @@ the first generate's time (compiles included), the graphs compiled by then and a
 length, steady tokens/s (interleaved rounds of whole generates, order rotated), and whether
 the tokens equal eager's. Then the cost of dynamic shapes: one decode step at a fixed cache length through a
 plan compiled for that shape (dynamic=False) and through the symbolic plan (dynamic=True), timed side by side.
+And generate() with the static cache, eager and torchfuser.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def _model(name: str):
     return LlamaForCausalLM(config).eval()
 
 
-def _generate(model, ids):
+def _generate(model, ids, **options):
     return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                          pad_token_id=0)
+                          pad_token_id=0, **options)
 
 
 class _CountingBackend:
@@ -80,6 +81,36 @@ def generate_row(name: str, repeats: int, inductor: bool) -> dict:
     weight_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return {"name": name, "first": first, "graphs": graphs, "same": same, "weight_bytes": weight_bytes,
             "tokens_per_second": {way: NEW_TOKENS / medians[way] for way in ways}}
+
+
+def static_cache_row(name: str, repeats: int) -> dict:
+    """generate() with Hugging Face's static cache (`cache_implementation="static"`, what its docs pair with
+    torch.compile), eager vs torchfuser: tokens/s, the same tokens, and how many decode calls replayed a tape."""
+    base = _model(name)
+    ids = torch.randint(1, base.config.vocab_size, (1, PROMPTS[0]))
+    model = copy.deepcopy(base)
+    model.forward = torch.compile(model.forward, backend="torchfuser")
+    ways = {"eager": base, "torchfuser": model}
+    with torchfuser.collect_reports() as reports:
+        tokens = {way: _generate(m, ids, cache_implementation="static") for way, m in ways.items()}
+        medians = interleaved_medians({way: (lambda m=m: _generate(m, ids, cache_implementation="static"))
+                                       for way, m in ways.items()},
+                                      repeats=repeats, warmup=1, blocks={way: 1 for way in ways}, lead_seconds=0)
+    plans = [r.plan for r in reports if r.plan is not None]
+    torch._dynamo.reset()
+    return {"name": name, "same": torch.equal(tokens["eager"], tokens["torchfuser"]),
+            "tokens_per_second": {way: NEW_TOKENS / medians[way] for way in ways},
+            "replayed": (sum(p.tape_calls for p in plans), sum(p.calls for p in plans))}
+
+
+def format_static_cache(rows: list[dict]) -> str:
+    lines = []
+    for row in rows:
+        rates, (replayed, calls) = row["tokens_per_second"], row["replayed"]
+        lines.append(f"{row['name']} 4x512 static cache: eager {rates['eager']:.1f} tokens/s, torchfuser "
+                     f"{rates['torchfuser']:.1f} ({rates['torchfuser'] / rates['eager']:.2f}x eager), same tokens "
+                     f"{row['same']}, {replayed} of {calls} calls replayed from a tape")
+    return "\n".join(lines)
 
 
 def dynamic_cost_row(name: str, repeats: int, cache_length: int = 64) -> dict:
