@@ -7,6 +7,7 @@ draws them.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -28,8 +29,13 @@ def module_path(nn_module_stack) -> tuple[str, str]:
     """('layers.0.mlp', 'Linear') from Dynamo's nn_module_stack; ('', '') at top level."""
     if not nn_module_stack:
         return "", ""
-    path, kind = list(nn_module_stack.values())[-1]
-    path = str(path)
+    path, kind = next(reversed(nn_module_stack.values()))
+    return _module_path(str(path), kind if isinstance(kind, (type, str)) else str(kind))
+
+
+# every node of a module shares its path and stack trace, and every pass's snapshot reads them again: parsed once
+@functools.lru_cache(maxsize=4096)
+def _module_path(path: str, kind) -> tuple[str, str]:
     while _GETATTR.search(path):  # getattr(L['self'].blocks, '0') -> L['self'].blocks.0
         path = _GETATTR.sub(lambda m: f"{m.group(1)}.{m.group(2)}", path)
     path = _GLOBAL_ROOT.sub(lambda m: m.group(1), _LOCAL_ROOT.sub("", path))  # globals keep their name
@@ -40,15 +46,19 @@ def module_path(nn_module_stack) -> tuple[str, str]:
 
 def source_location(stack_trace: str | None) -> dict:
     """The innermost user frame of a node's stack trace: file, line and the code on that line."""
-    if not stack_trace:
-        return {"file": None, "line": None, "code": None}
+    file, line, code = _innermost_frame(stack_trace) if stack_trace else (None, None, None)
+    return {"file": file, "line": line, "code": code}
+
+
+@functools.lru_cache(maxsize=4096)
+def _innermost_frame(stack_trace: str) -> tuple:
     lines = stack_trace.splitlines()
     for i in range(len(lines) - 1, -1, -1):
         frame = _FRAME.search(lines[i])
         if frame:
             code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else None
-            return {"file": frame["file"], "line": int(frame["line"]), "code": code}
-    return {"file": None, "line": None, "code": None}
+            return frame["file"], int(frame["line"]), code
+    return None, None, None
 
 
 def target_name(node: fx.Node) -> str:
@@ -123,6 +133,8 @@ class GraphSnapshots:
             self._last = snapshot_graph(gm)
 
     def after_pass(self, record, gm: fx.GraphModule) -> None:
-        record.graph_before, record.graph_after = self._last, snapshot_graph(gm)
+        # a pass that changed nothing leaves the graph it was given: the same snapshot
+        after = self._last if not record.modified and self._last is not None else snapshot_graph(gm)
+        record.graph_before, record.graph_after = self._last, after
         record.fused_into = fused_into(self._last, gm)
         self._last = record.graph_after
