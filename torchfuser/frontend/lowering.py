@@ -10,6 +10,7 @@ small graph's kernels. Ops a pass wants whole (passes.kept_ops: silu, SDPA) are 
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -33,8 +34,13 @@ from torchfuser.report.snapshot import snapshot_graph
 
 
 def decompositions() -> dict:
-    """Core ATen's decompositions, less the ops some pass fuses whole."""
-    keep = kept_ops()
+    """Core ATen's decompositions, less the ops some pass fuses whole (the same table while the passes' kept
+    ops are the same: building it costs tens of milliseconds per graph)."""
+    return _decompositions_keeping(kept_ops())
+
+
+@functools.lru_cache(maxsize=8)
+def _decompositions_keeping(keep: frozenset) -> dict:
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in keep}
 
 

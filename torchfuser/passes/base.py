@@ -176,8 +176,18 @@ def erase_nodes(gm: fx.GraphModule, nodes) -> None:
     """Erase nodes whose uses were all replaced, users first; then restore a topological order."""
     for node in sorted(nodes, key=_position(gm), reverse=True):
         gm.graph.erase_node(node)
-    stable_topological_sort(gm)
+    if not _in_topological_order(gm.graph):  # (a fused node may have been inserted before an input of it)
+        stable_topological_sort(gm)
     gm.recompile()
+
+
+def _in_topological_order(graph: fx.Graph) -> bool:
+    seen = set()
+    for node in graph.nodes:
+        if any(i not in seen for i in node.all_input_nodes):
+            return False
+        seen.add(node)
+    return True
 
 
 def _position(gm):
