@@ -16,7 +16,8 @@ gets its outputs in two arena blocks in turn, and each arming stays set for one 
 Recorded (Recorder: Call.enqueue and the plan's steps fill it in during a steady call) only where that is all a
 steady call does: launches with static arguments (Launch.static_arguments) and no host work in prepare() beyond
 finding a kept copy of weights or of a weight transform's result (Launch.prepare_from_weights) or checking inputs
-(Launch.prepare_checks_only: an embedding's indices, checked again each replay), no step a PyTorch op, every graph
+(Launch.prepare_checks_only: an embedding's indices, checked again each replay), no step a PyTorch op but one
+writing a graph input in place (host_ops.py: a static KV cache's update, run between the launches), every graph
 output a fresh kernel output or a view of one. A replay declines (returns None: the plan walks its steps, and
 records again) when an input the plan keeps derived copies of (packed weights, weight transforms) has moved or
 been written (its version), or an input moved to another storage offset. Before:
