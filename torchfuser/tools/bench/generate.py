@@ -4,7 +4,8 @@ runs it (greedy, batch 1, the default dynamic KV cache, `model.forward = torch.c
 Per model (GPT-2 and LLaMA, 4 layers x 512, random weights, default vocabularies) and per way (eager, inductor,
 torchfuser, and torchfuser with dynamic=True, which makes the sequence lengths symbolic from the first compile):
 the first generate's time (compiles included), the graphs compiled by then and after a second prompt of another
-length, steady tokens/s (interleaved rounds of whole generates, order rotated), and whether
+length, steady tokens/s (interleaved rounds of whole generates, order rotated), tokens/s of generates whose
+prompts are new lengths (every cache length unseen: a user's generate, with no replayed tape), and whether
 the tokens equal eager's. Then the cost of dynamic shapes: one decode step at a fixed cache length through a
 plan compiled for that shape (dynamic=False) and through the symbolic plan (dynamic=True), timed side by side.
 And generate() with the static cache, eager and torchfuser.
@@ -13,6 +14,7 @@ And generate() with the static cache, eager and torchfuser.
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 
 import torch
@@ -22,6 +24,8 @@ from torchfuser.runtime.timing import interleaved_medians
 
 NEW_TOKENS = 32
 PROMPTS = (12, 19)  # the first generate's prompt length, then another
+# then generates whose cache lengths none before had (tokens/s without a replayed tape of any of their lengths)
+NEW_PROMPTS = (60, 100, 140)
 WAYS = ("eager", "inductor", "torchfuser", "torchfuser dynamic")  # the last: compiled with dynamic=True
 
 
@@ -77,10 +81,18 @@ def generate_row(name: str, repeats: int, inductor: bool) -> dict:
         models[way] = model
     medians = interleaved_medians({way: (lambda m=models[way]: _generate(m, prompts[0])) for way in ways},
                                   repeats=repeats, warmup=1, blocks={way: 1 for way in ways}, lead_seconds=0)
+    new_prompts = {way: [] for way in ways}  # a user's generate: a prompt length (so cache lengths) not seen yet
+    for n in NEW_PROMPTS:
+        ids = torch.randint(1, vocab, (1, n))
+        for way in ways:
+            started = time.perf_counter()
+            _generate(models[way], ids)
+            new_prompts[way].append(NEW_TOKENS / (time.perf_counter() - started))
     torch._dynamo.reset()
     weight_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return {"name": name, "first": first, "graphs": graphs, "same": same, "weight_bytes": weight_bytes,
-            "tokens_per_second": {way: NEW_TOKENS / medians[way] for way in ways}}
+            "tokens_per_second": {way: NEW_TOKENS / medians[way] for way in ways},
+            "new_prompt_tokens_per_second": {way: statistics.median(r) for way, r in new_prompts.items()}}
 
 
 def static_cache_row(name: str, repeats: int) -> dict:
@@ -144,13 +156,14 @@ def format_generate(rows: list[dict], copy_bandwidth: float | None) -> str:
     reads every weight once, so copy_bandwidth / weight bytes bounds tokens/s (prefill and the host's work per
     token come on top)."""
     lines = [f"{'generate (32 new tokens)':<26}{'way':<20}{'first s':>9}{'graphs':>8}{'+2nd prompt':>12}"
-             f"{'tokens/s':>10}{'x eager':>9}  same tokens"]
+             f"{'tokens/s':>10}{'x eager':>9}{'new prompt':>12}{'x eager':>9}  same tokens"]
     for row in rows:
-        eager = row["tokens_per_second"]["eager"]
+        eager, new_eager = row["tokens_per_second"]["eager"], row["new_prompt_tokens_per_second"]["eager"]
         for way, rate in row["tokens_per_second"].items():
-            graphs = row["graphs"][way]
+            graphs, new_rate = row["graphs"][way], row["new_prompt_tokens_per_second"][way]
             lines.append(f"{row['name'] + ' 4x512':<26}{way:<20}{row['first'][way]:>9.2f}{graphs[0]:>8}"
-                         f"{graphs[1] - graphs[0]:>+12}{rate:>10.1f}{rate / eager:>9.2f}  {row['same'][way]}")
+                         f"{graphs[1] - graphs[0]:>+12}{rate:>10.1f}{rate / eager:>9.2f}{new_rate:>12.1f}"
+                         f"{new_rate / new_eager:>9.2f}  {row['same'][way]}")
         if copy_bandwidth:
             lines.append(f"{'':<26}bound: {row['weight_bytes'] / 1e6:.0f} MB of weights read per token at the copy "
                          f"ceiling {copy_bandwidth / 1e9:.1f} GB/s -> {copy_bandwidth / row['weight_bytes']:.0f} tokens/s")
