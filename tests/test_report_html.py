@@ -51,6 +51,7 @@ def hostile_report() -> dict:
     report["passes"][0]["stats"][HOSTILE] = 1
     report["device"]["name"] = HOSTILE
     report["kernels"][1].update(lane=HOSTILE, lane_reason=HOSTILE)
+    report["replay"] = {"calls": 6, "replayed": 0, "launches": None, "run_as": None, "walks_because": HOSTILE}
     return report
 
 
@@ -104,6 +105,7 @@ def test_hostile_module_name_appears_only_as_text():
     assert any(HOSTILE in chunk for chunk in census.text)  # visible as text, e.g. the title and module column
     assert any(HOSTILE in (v or "") for _, n, v in census.attributes if n == "xlink:title")  # tooltip, as text
     assert ("span", "title", HOSTILE) in census.attributes  # the lane's reason, as text
+    assert f"Steady calls walk the plan: {HOSTILE}" in census.text  # why no tape, as text
     assert "<svg" in page  # the graphs were still drawn
 
 
@@ -273,6 +275,22 @@ def test_kernel_table_shows_each_lane_with_its_reason():
     assert lanes == ["tf-lane tf-lane-threaded", "tf-lane tf-lane-inline", "tf-lane tf-lane-inline"]
     assert ("span", "title", report_factory.LANE_REASONS["inline"]) in census.attributes
     assert "<th>lane</th>" in page
+
+
+def test_timing_says_how_steady_calls_ran():
+    report = report_factory.mlp_report()
+    assert "tf-replay" not in render_html([report])  # a report from before the field: nothing to say
+    report["replay"] = {"calls": 124, "replayed": 122, "launches": 55, "run_as": 51, "walks_because": None}
+    assert "Steady calls: 122 of 124 replayed from a tape (55 launches run as 51)" in MarkupCensus(
+        render_html([report])).text
+    report["replay"].update(launches=2, run_as=2)  # nothing chained: no count to compare
+    assert "Steady calls: 122 of 124 replayed from a tape" in MarkupCensus(render_html([report])).text
+    report["replay"] = {"calls": 6, "replayed": 0, "launches": None, "run_as": None,
+                        "walks_because": "index_put.default runs in PyTorch"}
+    assert "Steady calls walk the plan: index_put.default runs in PyTorch" in MarkupCensus(
+        render_html([report])).text
+    report["replay"].update(calls=0)  # before any call a stale reason says nothing
+    assert "tf-replay" not in render_html([report])
 
 
 class _Stats:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import torchfuser
 from torchfuser.passes import register_pass, unregister_pass
+from torchfuser.report.compile_report import CompileReport
 from torchfuser.report.dot import graph_dot
 from torchfuser.report.html import render_html
 from torchfuser.report.wire import apply_change, encode_change, expand_report, with_fused_groups, Interner, _Provenance
@@ -190,3 +191,47 @@ def test_a_graph_ended_by_data_dependent_control_flow_says_where_and_what_to_do(
     assert any("torch.where" in hint for hint in graph_break["hints"])
     assert "graph break at" in reports[0].summary()
     torch._dynamo.reset()
+
+
+def test_the_report_says_how_steady_calls_ran():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)).eval()
+    compiled, x = torchfuser.compile(model), torch.randn(4, 64)
+    with torch.no_grad():
+        for _ in range(12):
+            compiled(x)
+    report = torchfuser.last_report()
+    data = as_json(report.to_dict())
+    validate(data)
+    replay = data["replay"]
+    assert replay["calls"] == data["timings"]["calls"] == 12
+    if data["device"] and data["device"]["zero_copy"]:  # kernels bind the tensors' own memory: what a tape replays
+        assert replay["replayed"] > 0 and replay["walks_because"] is None
+        assert 1 <= replay["run_as"] <= replay["launches"] == len(report.kernels)
+        assert f"steady calls: {replay['replayed']} of 12 replayed from a tape" in report.summary()
+        assert f"Steady calls: {replay['replayed']} of 12 replayed from a tape" in render_html([data])
+
+        def with_fallback(x):
+            return torch.cumsum(x.relu(), -1).tanh()  # cumsum runs in PyTorch: a call does more than launches
+
+        compiled = torchfuser.compile(with_fallback)
+        with torch.no_grad():
+            for _ in range(4):
+                compiled(x)
+        walked = as_json(torchfuser.last_report().to_dict())
+        validate(walked)
+        assert walked["replay"] == {"calls": 4, "replayed": 0, "launches": None, "run_as": None,
+                                    "walks_because": "cumsum.default runs in PyTorch"}
+    else:
+        assert replay["replayed"] == 0 and replay["launches"] is None and replay["run_as"] is None
+
+
+def test_a_report_without_a_plan_or_with_a_plan_from_before_tapes_says_nothing_replayed():
+    nothing = {"calls": 0, "replayed": 0, "launches": None, "run_as": None, "walks_because": None}
+    report = CompileReport(title="t", device=None)
+    data = as_json(report.to_dict())
+    validate(data)
+    assert data["replay"] == nothing
+    report.plan = type("Plan", (), {"calls": 3, "stats": {}})()  # no tape_calls, tape_launches, tape_note
+    assert report.to_dict()["replay"] == dict(nothing, calls=3)
+    assert "steady calls" not in report.summary()

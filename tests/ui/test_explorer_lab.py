@@ -159,6 +159,9 @@ def test_timing_bar_shows_host_overhead_and_a_kernel_shows_its_lane(saved_notebo
     is_last = overhead.evaluate("el => el.nextElementSibling === null && el.previousElementSibling !== null")
     assert is_last, "the overhead segment comes after the kernel segments"
     assert "host overhead" in live.locator(".jp-torchfuser-timing-split").inner_text()
+    # explorer.show ran the graph several times: the line under the bar says how the steady calls ran
+    replay = live.locator(".jp-torchfuser-timing .jp-torchfuser-timing-replay").inner_text()
+    assert replay.startswith("Steady calls") and ("replayed from a tape" in replay or "walk the plan" in replay)
 
     live.locator(f"{DRAWN_AFTER} g.node.jp-torchfuser-kernel").first.click()
     lane = live.locator(".jp-torchfuser-source .jp-torchfuser-source-header .jp-torchfuser-lane")
@@ -254,6 +257,7 @@ def test_hostile_names_in_lab_run_nothing(saved_notebook):
     assert page.evaluate("window.__x") is None
     assert page.locator(".jp-torchfuser-view img, .jp-torchfuser-view script").count() == 0
     assert '<img src=x onerror="window.__x=1">' in hostile.locator(".jp-torchfuser-title").inner_text()
+    assert '<img src=x onerror="window.__x=1">' in hostile.locator(".jp-torchfuser-timing-replay").inner_text()
 
 
 def test_torchfuse_magic_with_a_graph_break_offers_both_graphs(saved_notebook, artifacts_dir):

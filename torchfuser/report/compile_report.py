@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from torchfuser.report.dot import graph_dot
-from torchfuser.report.html import render_html
+from torchfuser.report.html import render_html, replay_sentence
 from torchfuser.report.snapshot import module_path, source_location
 from torchfuser.report.wire import (SCHEMA_VERSION, Interner, encode_fallback, encode_graph, encode_kernels,
                                     encode_line_nodes, encode_passes, expand_report, with_fused_groups)
@@ -127,6 +127,7 @@ class CompileReport:
             "dynamic": self.dynamic_sizes(),
             "recompile_reason": self.recompile_reason,
             "graph_break": self.graph_break,
+            "replay": steady_replay(self.plan),
         }
 
     def expanded(self) -> dict:
@@ -199,14 +200,8 @@ class CompileReport:
 
     def _replay_lines(self) -> list[str]:
         """How steady calls ran: replayed from a tape (runtime/steady_tape.py), or why not."""
-        plan = self.plan
-        calls, replayed = getattr(plan, "calls", 0), getattr(plan, "tape_calls", 0)
-        if replayed:
-            per_kernel, run = plan.tape_launches
-            chained = f", {per_kernel} launches run as {run}" if run < per_kernel else ""
-            return [f"    steady calls: {replayed} of {calls} replayed from a tape{chained}"]
-        note = getattr(plan, "tape_note", None)
-        return [f"    steady calls walk the plan: {note}"] if calls and note else []
+        sentence = replay_sentence(steady_replay(self.plan))
+        return [f"    {sentence}"] if sentence else []
 
     def __repr__(self) -> str:
         return f"<CompileReport {self.title!r}: {len(self.kernels)} kernels, {len(self.fallbacks)} fallbacks>"
@@ -223,6 +218,17 @@ def split_compiled_time(device_seconds: float, calls: int, compiled_seconds: flo
     kernel = device_seconds / calls
     overhead = max(0.0, float(compiled_seconds) - kernel) if compiled_seconds is not None else None
     return {"kernel_seconds": kernel, "host_overhead_seconds": overhead}
+
+
+def steady_replay(plan) -> dict:
+    """The report's "replay" (schema.md): how many of the plan's calls replayed a tape (runtime/steady_tape.py),
+    the last tape's launches (per kernel, and as run after chaining), or why steady calls walk the plan.
+    Read with getattr: a report may have no plan, or one from before tapes."""
+    calls, replayed = getattr(plan, "calls", 0), getattr(plan, "tape_calls", 0)
+    launches, run_as = getattr(plan, "tape_launches", (None, None)) if replayed else (None, None)
+    walks_because = getattr(plan, "tape_note", None) if calls and not replayed else None
+    return {"calls": calls, "replayed": replayed, "launches": launches, "run_as": run_as,
+            "walks_because": walks_because}
 
 
 def provenance(meta: dict) -> dict:

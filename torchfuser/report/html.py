@@ -196,6 +196,20 @@ def _split_bar(compiled: float, kernel: float, overhead: float, longest: float) 
             f"<span>{_text(format_seconds(compiled))}</span></div>")
 
 
+def replay_sentence(replay: dict | None) -> str | None:
+    """How steady calls ran (the report's "replay"), as the text summary and the page say it; None when there
+    is nothing to say (no calls yet, a report from before the field, or no reason recorded)."""
+    replay = replay or {}
+    calls, replayed = replay.get("calls"), replay.get("replayed")
+    if _is_number(replayed) and replayed > 0:
+        launches, run_as = replay.get("launches"), replay.get("run_as")
+        chained = _is_number(launches) and _is_number(run_as) and run_as < launches
+        return (f"steady calls: {replayed} of {calls} replayed from a tape"
+                + (f" ({launches} launches run as {run_as})" if chained else ""))
+    reason = replay.get("walks_because")
+    return f"steady calls walk the plan: {reason}" if reason and _is_number(calls) and calls > 0 else None
+
+
 def _timing_section(report: dict) -> str:
     t = report.get("timings") or {}
     eager, compiled = t.get("eager_seconds"), t.get("compiled_seconds")
@@ -213,6 +227,9 @@ def _timing_section(report: dict) -> str:
         bars += f"<p>Speedup: <b>{_text(format_speedup(t.get('speedup')))}</b> (medians)</p>"
     else:
         bars = '<p class="tf-note">Eager vs compiled not measured (explorer.show or %%torchfuse --bench do).</p>'
+    replay = replay_sentence(report.get("replay"))
+    if replay:
+        bars += f'<p class="tf-replay">{_text(replay[:1].upper() + replay[1:])}</p>'
     phases = [("lower", "lower_seconds"), ("passes", "passes_seconds"), ("codegen", "codegen_seconds"),
               ("build", "build_seconds"), ("compile total", "compile_seconds")]
     rows = [[_text(name), _text(format_seconds(t.get(key)))] for name, key in phases]

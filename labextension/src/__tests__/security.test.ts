@@ -36,6 +36,7 @@ describe('hostile report strings', () => {
     expect(document.querySelector('.jp-torchfuser-title')!.textContent).toContain(HOSTILE);
     expect(document.querySelector('.jp-torchfuser-source')!.textContent).toContain(HOSTILE);
     expect(document.querySelector('.jp-torchfuser-module-list')!.textContent).toContain('<img src=x onerror="window');
+    expect(document.querySelector('.jp-torchfuser-timing-replay')!.textContent).toContain(HOSTILE); // why no tape
     // The collapsed module box keeps the name as SVG text.
     const box = document.querySelector(`g.node[data-node-id='module:${HOSTILE}']`);
     expect(box).not.toBeNull();

@@ -40,6 +40,8 @@ export interface WireReport {
   recompile_reason: string | null;
   /** the graph break that ended this graph; null when it ran to the frame's end (absent in early v2 reports) */
   graph_break?: WireGraphBreak | null;
+  /** how the steady calls ran: replayed from a tape, or why not (absent in reports written before it) */
+  replay?: WireReplay;
 }
 
 /** One (re-)run of the explorer: the passes it had on, its kernels' times, the program's medians */
@@ -252,6 +254,20 @@ export interface WireTimings {
   kernel_seconds: number | null;
   /** compiled_seconds - kernel_seconds, clamped at 0 */
   host_overhead_seconds: number | null;
+}
+
+/** How the plan's calls ran: a steady call (inputs laid out as the last call's) replays a tape of the launches it recorded (runtime/steady_tape.py), or walks the plan step by step when it could not record one */
+export interface WireReplay {
+  /** times the compiled graph ran (timings.calls) */
+  calls: number;
+  /** of those, the calls replayed from a tape */
+  replayed: number;
+  /** the last tape's kernel launches per call, one per kernel; null when no call replayed */
+  launches: number | null;
+  /** those launches as replays run them, after chaining launches into one; null when no call replayed */
+  run_as: number | null;
+  /** why steady calls record no tape and walk the plan (e.g. an op runs in PyTorch); null when a call replayed, before any call, or when none was recorded */
+  walks_because: string | null;
 }
 
 /** intermediates only (not inputs/outputs); symbolic sizes count at their example values */

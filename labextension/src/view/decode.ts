@@ -18,6 +18,7 @@ import {
   type GraphNode,
   type Kernel,
   type PassRecord,
+  type Replay,
   type Report,
   type Run,
   type Timings
@@ -95,9 +96,31 @@ function decodeGraphBreak(value: unknown): GraphBreak | null {
   };
 }
 
-/** The parts of a report both versions share and this view checks: graph break and recompile reason. */
-function decodeFrameFields(value: Record<string, unknown>): Pick<Report, 'graph_break' | 'recompile_reason'> {
-  return { graph_break: decodeGraphBreak(value.graph_break), recompile_reason: stringOrNull(value.recompile_reason) };
+function countOrNull(value: unknown): number | null {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : null;
+}
+
+/** How steady calls ran; null when absent (reports written before the field) or not an object. */
+function decodeReplay(value: unknown): Replay | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  return {
+    calls: countOrNull(value.calls) ?? 0,
+    replayed: countOrNull(value.replayed) ?? 0,
+    launches: countOrNull(value.launches),
+    run_as: countOrNull(value.run_as),
+    walks_because: stringOrNull(value.walks_because)
+  };
+}
+
+/** The parts of a report both versions may carry and this view checks: graph break, recompile reason, replay. */
+function decodeCheckedFields(value: Record<string, unknown>): Pick<Report, 'graph_break' | 'recompile_reason' | 'replay'> {
+  return {
+    graph_break: decodeGraphBreak(value.graph_break),
+    recompile_reason: stringOrNull(value.recompile_reason),
+    replay: decodeReplay(value.replay)
+  };
 }
 
 function decodeRun(value: Record<string, unknown>, index: number): Run {
@@ -159,7 +182,7 @@ function decodeReportV1(value: Record<string, unknown>): Report {
   const graphs = isObject(value.graphs) ? value.graphs : {};
   return {
     ...(value as unknown as Report),
-    ...decodeFrameFields(value),
+    ...decodeCheckedFields(value),
     title: typeof value.title === 'string' ? value.title : 'graph',
     graphs: { captured: normalizeGraphV1(graphs.captured), aten: normalizeGraphV1(graphs.aten) },
     passes: list(value.passes)
@@ -231,7 +254,7 @@ function decodeReportV2(value: Record<string, unknown>): Report {
   delete rest.kernel_sources;
   return {
     ...(rest as unknown as Report),
-    ...decodeFrameFields(value),
+    ...decodeCheckedFields(value),
     title: typeof wire.title === 'string' ? wire.title : 'graph',
     graphs: { captured: captured.graph, aten: aten.graph },
     passes: passes.map((p, i) => {

@@ -6,7 +6,7 @@
  * here may come from user code: render as text only.
  */
 
-import type { WireGraphBreak, WireRun, WireRunKernel } from '../generated/report_types';
+import type { WireGraphBreak, WireReplay, WireRun, WireRunKernel } from '../generated/report_types';
 
 export const REPORT_MIME_TYPE = 'application/vnd.torchfuser.report+json';
 export const BUNDLE_KIND = 'torchfuser.explorer';
@@ -64,8 +64,9 @@ export interface PassChange {
   rewritten: string[];
 }
 
-/** Decoded as they come on the wire (report.schema.json's GraphBreak, Run and RunKernel). */
+/** Decoded as they come on the wire (report.schema.json's GraphBreak, Replay, Run and RunKernel). */
 export type GraphBreak = WireGraphBreak;
+export type Replay = WireReplay;
 export type Run = WireRun;
 export type RunKernel = WireRunKernel;
 
@@ -160,6 +161,8 @@ export interface Report {
   recompile_reason?: string | null;
   /** The graph break that ended this graph (absent or null: it ran to the frame's end). */
   graph_break?: GraphBreak | null;
+  /** How steady calls ran: replayed from a tape, or why they walk the plan (absent or null: not recorded). */
+  replay?: Replay | null;
 }
 
 export interface DynamicSizes {

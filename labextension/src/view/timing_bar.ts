@@ -3,11 +3,12 @@
  * into one segment per kernel (device time per graph call) and one for the
  * host overhead (.jp-torchfuser-overhead: launching kernels, Python, ops that
  * ran in PyTorch): the report's timings.host_overhead_seconds, or for reports
- * written before that field, the compiled time less the kernels' time.
+ * written before that field, the compiled time less the kernels' time. Below
+ * it, how steady calls ran: replayed from a tape, or why they walk the plan.
  */
 import { el } from './dom';
 import { formatSeconds } from './format';
-import type { Report } from './schema';
+import type { Replay, Report } from './schema';
 
 const LEGEND_KERNELS = 12;
 export const OVERHEAD_MEANING = 'launching kernels, Python, ops in PyTorch';
@@ -33,6 +34,22 @@ export function hostOverhead(report: Report, kernelTotal: number): number | null
     return Math.max(0, timings.compiled_seconds - kernelTotal);
   }
   return null;
+}
+
+/**
+ * One line on how steady calls ran (the report's replay); null when there is
+ * nothing to say: no calls yet, no reason recorded, or a report without it.
+ */
+export function replayLine(replay: Replay | null | undefined): string | null {
+  if (!replay) {
+    return null;
+  }
+  const { calls, replayed, launches, run_as: runAs } = replay;
+  if (replayed > 0) {
+    const chained = launches !== null && runAs !== null && runAs < launches ? ` (${launches} launches run as ${runAs})` : '';
+    return `Steady calls: ${replayed} of ${calls} replayed from a tape${chained}`;
+  }
+  return calls > 0 && replay.walks_because ? `Steady calls walk the plan: ${replay.walks_because}` : null;
 }
 
 export interface KernelSegment {
@@ -107,6 +124,7 @@ export function renderTimingBar(
     segmentElements.push(part);
   }
 
+  const replay = replayLine(report.replay);
   const speedup = timings.speedup ?? (eager && compiled ? eager / compiled : null);
   const headline =
     speedup !== null && Number.isFinite(speedup)
@@ -159,6 +177,8 @@ export function renderTimingBar(
             ` + host overhead ${formatSeconds(overhead)} (${OVERHEAD_MEANING})`
         })
       : null,
+    // The reason is report text: textContent only (el's `text`).
+    replay !== null ? el('div', { className: 'jp-torchfuser-hint jp-torchfuser-timing-replay', text: replay }) : null,
     segments.length ? legend : el('div', { className: 'jp-torchfuser-hint', text: 'no kernel launches timed yet' })
   ]);
 }
