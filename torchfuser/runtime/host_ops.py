@@ -12,7 +12,7 @@ import torch
 
 from torchfuser.runtime.memory import storage_span
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # these types exactly: no tensor subclass
 
 
 def writes_input_in_place(target) -> bool:
@@ -60,7 +60,7 @@ def host_op(target, given: tuple, kwargs: dict, inputs, input_of: dict, fresh_of
             return type(a)(template(b) for b in a)
         if a is None or isinstance(a, (bool, int, float)):
             return a
-        if type(a) not in _PLAIN:
+        if type(a) not in PLAIN_TENSORS:
             why.append(f"an operand of type {type(a).__name__}")
             return None
         address = storage_span(a)[0]

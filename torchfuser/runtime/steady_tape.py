@@ -39,7 +39,7 @@ import torch
 from torchfuser.codegen.opencl.chained import chained_source
 from torchfuser.runtime.bound import Bound, cl_module, copy_kernel
 from torchfuser.runtime.call import start_split, wait_for_workers
-from torchfuser.runtime.host_ops import host_op, writes_input_in_place
+from torchfuser.runtime.host_ops import PLAIN_TENSORS, host_op, writes_input_in_place
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.memory import storage_span
@@ -49,7 +49,6 @@ logger = logging.getLogger("torchfuser")
 
 HOST = "host"  # a tape's lane for a PyTorch op writing a graph input (host_ops.py), run between its launches
 CHAIN_ITEMS = 64  # work-items of a launch with wider groups that still runs in a chain, one by one
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _data_ptr = torch.Tensor.data_ptr
 
 
@@ -273,7 +272,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     kernel per size) and no kernels of its own (copies for every tape), only the Bounds'."""
     if recorder.why_not or not recorder.launches:
         return recorder.why_not or "it launches no kernel"
-    if any(type(a) not in _PLAIN and type(a) is not int for a in args):
+    if any(type(a) not in PLAIN_TENSORS and type(a) is not int for a in args):
         return "an input is neither a plain tensor nor an integer (a subclass, a float)"
     input_of = {}  # storage address -> the first graph input on it
     for j, a in enumerate(args):
