@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from torchfuser.passes.base import PassResult, count_ops
+from torchfuser.passes.base import PassResult, count_ops, rewrites_done
 
 aten = torch.ops.aten
 
@@ -32,19 +32,10 @@ def index_put_in_place(gm: fx.GraphModule) -> PassResult:
         put = _written_back(copy)
         if put is None:
             continue
-        x, indices, values = put.args[:3]
-        with gm.graph.inserting_before(put):
-            in_place = gm.graph.call_function(aten.index_put_.default, (x, indices, values))
-        in_place.meta = dict(put.meta)
-        put.replace_all_uses_with(in_place, delete_user_cb=lambda user: user is not copy)
         gm.graph.erase_node(copy)
-        gm.graph.erase_node(put)
+        put.target, put.args = aten.index_put_.default, put.args[:3]  # its readers now read the input written
         rewritten += 1
-    if rewritten:
-        gm.graph.lint()
-        gm.recompile()
-    return PassResult(gm, bool(rewritten), {"written_in_place": rewritten, "nodes_before": before,
-                                            "nodes_after": count_ops(gm)})
+    return rewrites_done(gm, before, "written_in_place", rewritten)
 
 
 def _written_back(copy: fx.Node) -> fx.Node | None:

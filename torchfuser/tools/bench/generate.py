@@ -45,6 +45,12 @@ def _generate(model, ids, **options):
                           pad_token_id=0, **options)
 
 
+def _medians(generates: dict, repeats: int) -> dict:
+    """Seconds per whole generate, each way's: interleaved rounds of one generate each, order rotated."""
+    return interleaved_medians(generates, repeats=repeats, warmup=1, blocks={way: 1 for way in generates},
+                               lead_seconds=0)
+
+
 class _CountingBackend:
     """A Dynamo backend that counts the graphs it is handed, then compiles them with `backend`."""
 
@@ -79,8 +85,7 @@ def generate_row(name: str, repeats: int, inductor: bool) -> dict:
         graphs[way] = (after_first, counter.graphs if counter else 0)
         same[way] = torch.equal(tokens, expected)
         models[way] = model
-    medians = interleaved_medians({way: (lambda m=models[way]: _generate(m, prompts[0])) for way in ways},
-                                  repeats=repeats, warmup=1, blocks={way: 1 for way in ways}, lead_seconds=0)
+    medians = _medians({way: (lambda m=models[way]: _generate(m, prompts[0])) for way in ways}, repeats)
     new_prompts = {way: [] for way in ways}  # a user's generate: a prompt length (so cache lengths) not seen yet
     for n in NEW_PROMPTS:
         ids = torch.randint(1, vocab, (1, n))
@@ -105,9 +110,8 @@ def static_cache_row(name: str, repeats: int) -> dict:
     ways = {"eager": base, "torchfuser": model}
     with torchfuser.collect_reports() as reports:
         tokens = {way: _generate(m, ids, cache_implementation="static") for way, m in ways.items()}
-        medians = interleaved_medians({way: (lambda m=m: _generate(m, ids, cache_implementation="static"))
-                                       for way, m in ways.items()},
-                                      repeats=repeats, warmup=1, blocks={way: 1 for way in ways}, lead_seconds=0)
+        medians = _medians({way: (lambda m=m: _generate(m, ids, cache_implementation="static"))
+                            for way, m in ways.items()}, repeats)
     plans = [r.plan for r in reports if r.plan is not None]
     torch._dynamo.reset()
     return {"name": name, "same": torch.equal(tokens["eager"], tokens["torchfuser"]),
