@@ -23,7 +23,7 @@ from torchfuser.codegen.opencl.claimed import is_claimed
 from torchfuser.codegen.source_lines import source_line_nodes
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel, kind_of
-from torchfuser.ir.symbolic import hint, hint_tensor, tensor_has_symbols
+from torchfuser.ir.symbolic import hint, hint_tensor, symbol_tensor, tensor_has_symbols
 from torchfuser.options import Options
 from torchfuser.passes import run_pipeline
 from torchfuser.passes.base import unfused_reasons
@@ -215,6 +215,8 @@ def _in_pytorch(node: fx.Node) -> bool:
         return False  # views and tuple access read no data: nothing to fuse
     if getattr(node.target, "weight_transform", False):
         return False  # made once per weight version (ir/weights.py), not an op of every call
+    if node.target is symbol_tensor:
+        return False  # an integer input written into the plan's memory (passes/symbol_operands.py)
     # size arithmetic of a symbolic graph (sym_size, s0 + 1): host integers, no tensor op
     return not isinstance(node.meta.get("val"), (int, torch.SymInt))
 

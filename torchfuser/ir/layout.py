@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import torch
+
 INT32_MAX = 2**31 - 1
 
 
 def extent(t) -> int:
     """One past the furthest element of t's storage that t can reach."""
-    return t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+    n = t.numel()
+    if not n:
+        return 0
+    if type(t) is torch.Tensor and t.is_contiguous():  # a real tensor (no symbolic sizes to guard on)
+        return t.storage_offset() + n
+    return t.storage_offset() + sum((s - 1) * abs(x) for s, x in zip(t.shape, t.stride())) + 1
 
 
 def layout_signature(tensors) -> tuple:

@@ -94,3 +94,10 @@ def evaluate(dims, symbols: tuple, values: tuple) -> tuple[int, ...]:
     """dims (ints and SymInts) at these symbol values."""
     table = dict(zip(symbols, values))
     return tuple(int(d.node.expr.xreplace(table)) if is_symbolic(d) else hint(d) for d in dims)
+
+
+def symbol_tensor(value: int) -> torch.Tensor:
+    """A graph's integer input (a symbol's value) as a 0-d int64 tensor, as elementwise ops read it where it is
+    an operand (passes/symbol_operands.py). A plan keeps one such tensor per node in its own memory and writes the
+    call's value into it (runtime/executor.py); this is what runs without a plan."""
+    return torch.tensor(int(value), dtype=torch.int64)

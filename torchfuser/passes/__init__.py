@@ -11,7 +11,7 @@ from torchfuser.passes import (
     batch_norm_as_affine, cat_as_copies, cat_as_last_dim, channels_last_between_convs, conv_as_gemm,
     depthwise_conv_as_windows, eliminate_dead_code, index_put_in_place, fold_batch_norm, fuse_attention, fuse_gemm_epilogue,
     fuse_pointwise, fuse_reductions, fuse_window_into_gemm, gemm_result_channels_first, layer_norm_over_last_dim, merge_sibling_gemms, pointwise_conv_as_gemm,
-    pool_as_windows, reduce_over_last_dim, tensor_scalar_operands,
+    pool_as_windows, reduce_over_last_dim, symbol_operands, tensor_scalar_operands,
 )
 from torchfuser.passes.base import PassResult
 from torchfuser.passes.pipeline import (
@@ -22,6 +22,8 @@ from torchfuser.passes.pipeline import (
 register_pass("index_put_in_place", index_put_in_place.index_put_in_place)
 # numbers Dynamo passes as 0-d tensors (dynamic shapes) first, so that every fusion below sees them as inputs
 register_pass("tensor_scalar_operands", tensor_scalar_operands.tensor_scalar_operands)
+# and integer inputs (sizes the code computes with: a KV cache's position) as 0-d tensors the plan writes
+register_pass("symbol_operands", symbol_operands.symbol_operands)
 # inference batch norm after a convolution folded into its weights (made once per weight version)
 register_pass("fold_batch_norm", fold_batch_norm.fold_batch_norm, handles=fold_batch_norm.handles)
 # dense convolutions as GEMMs over their patches, read in place (a patch embedding's: one reordering copy)

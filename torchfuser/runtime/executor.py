@@ -28,7 +28,7 @@ from torch.fx.immutable_collections import immutable_list
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses
-from torchfuser.ir.symbolic import Bindings, is_symbolic, tensor_has_symbols
+from torchfuser.ir.symbolic import Bindings, is_symbolic, symbol_tensor, tensor_has_symbols
 from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
 from torchfuser.runtime.kernel_step import KernelStep
 from torchfuser.runtime.memory import PlannedBlocks
@@ -100,7 +100,7 @@ def _flatten(value):
     return [value]
 
 
-KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT, RESHAPE = range(7)
+KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT, RESHAPE, SYMBOL = range(8)
 
 aten = torch.ops.aten
 # View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
@@ -147,12 +147,14 @@ class Plan:
         reshaped = reshaped_results(nodes, blocks, virtual)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
+        self._symbol_writes: list[tuple] = []  # (kept symbol tensor, the integer input it holds)
         self.steps = []
         for i, node in enumerate(nodes):
             if node.op == "output":
                 self.output = _output_fetcher(node.args[0], index)
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
+                        else SYMBOL if node.target is symbol_tensor
                         else VIRTUAL if node in virtual else RESHAPE if node in reshaped
                         else VIEW if node.target is operator.getitem or node.target in VIEW_OPS
                         else WEIGHT if (getattr(node.target, "weight_transform", False) and not node.kwargs
@@ -161,6 +163,9 @@ class Plan:
                 target = _view_function(node) if kind in (VIEW, RESHAPE) else node.target
                 if kind == RESHAPE:
                     target = (reshaped[node], target)
+                if kind == SYMBOL:  # the plan's own 0-d tensor, which each call writes the input's value into
+                    target = _KeptSymbol()
+                    self._symbol_writes.append((target, self.placeholders.index(index[node.args[0]])))
                 if kind == FALLBACK and getattr(target, "weight_transform", False):  # of kernel results: made anew
                     target = target.make
                 if kind == KERNEL:
@@ -216,6 +221,8 @@ class Plan:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
         tape = self._tapes.pop(sizes, None)  # dropped if a replay raises
         if tape is not None and trusted and not self._running:
+            for kept, j in self._symbol_writes:  # the kernels read them: the walk writes them at their steps
+                kept.write(args[j])
             if tape is not self._replayed:  # a walk or another tape set the Bounds' kernels since it last ran
                 tape.forget()
             events = [] if _profiles(self.calls) else None
@@ -303,6 +310,8 @@ class Plan:
                 if call is not None and call.recorder is not None:
                     call.recorder.transforms(tensors_in(args), made)
                 env[slot] = made
+            elif kind == SYMBOL:  # a re-entrant call must not overwrite the running call's value: a tensor of its own
+                env[slot] = target.write(args[0]) if call is not None and call.planned else symbol_tensor(args[0])
             elif kind == RESHAPE:  # the kernel's result in this shape already, unless it ran otherwise (a fallback)
                 shape, view = target
                 env[slot] = args[0] if args[0].shape == shape else view(*args)
@@ -359,6 +368,21 @@ class Plan:
             stats.launches += 1
             stats.profiled += 1
             stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+
+class _KeptSymbol:
+    """A plan's 0-d int64 tensor for a symbol_tensor node (passes/symbol_operands.py): the same memory every call,
+    so kernels reading it keep their buffers bound and a tape replays with it."""
+
+    __slots__ = ("tensor", "_view")
+
+    def __init__(self):
+        self.tensor = torch.zeros((), dtype=torch.int64)
+        self._view = self.tensor.numpy()
+
+    def write(self, value: int) -> torch.Tensor:
+        self._view[()] = value
+        return self.tensor
 
 
 _SIZE_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,

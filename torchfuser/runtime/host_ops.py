@@ -1,5 +1,6 @@
 """PyTorch ops a steady tape (steady_tape.py) runs between its launches: ops that write a graph input in place
-(a static KV cache's `index_put_`, a counter's `copy_`), whose other operands stay where they are between calls.
+(a static KV cache's `index_put_`, a counter's `copy_`), whose other operands stay where they are between calls;
+and the host check of indices a kernel writes (an embedding's positions, computed from a KV cache's length).
 
 A replay runs such an op on this call's input (or the same view of it) and on the very tensors the recorded call
 passed otherwise: planned results (the same blocks every call), weights, constants. An op that reads a fresh
@@ -54,25 +55,8 @@ def host_op(target, given: tuple, kwargs: dict, inputs, input_of: dict, fresh_of
     """The HostOp repeating `target(*given, **kwargs)` of a recorded call, or why it cannot be repeated.
     inputs: the call's graph inputs; input_of / fresh_of: storage address -> graph input / fresh output there."""
     why = []
-
-    def template(a):
-        if isinstance(a, (list, tuple)):
-            return type(a)(template(b) for b in a)
-        if a is None or isinstance(a, (bool, int, float)):
-            return a
-        if type(a) not in PLAIN_TENSORS:
-            why.append(f"an operand of type {type(a).__name__}")
-            return None
-        address = storage_span(a)[0]
-        if address in fresh_of:
-            why.append("an operand is a fresh output (another block each call)")
-        j = input_of.get(address)
-        if j is None:
-            return a  # a planned result, a weight, a constant: the same tensor every call
-        return _Input(j, None if a is inputs[j] else (tuple(a.shape), a.stride(), a.storage_offset()))
-
     name = getattr(target, "__name__", str(target))
-    made = [template(a) for a in given]
+    made = [_template(a, inputs, input_of, fresh_of, why) for a in given]
     if kwargs and any(isinstance(v, torch.Tensor) for v in kwargs.values()):
         why.append("a tensor passed by keyword")
     if why:
@@ -80,6 +64,37 @@ def host_op(target, given: tuple, kwargs: dict, inputs, input_of: dict, fresh_of
     if not made or not isinstance(made[0], _Input):
         return f"{name} runs in PyTorch and writes a tensor that is not a graph input"
     return HostOp(target, made, dict(kwargs))
+
+
+def host_check(launch, label: str, given: list, inputs, input_of: dict, fresh_of: dict) -> HostOp | str:
+    """A HostOp checking the indices of a recorded launch that checks them on the host (an embedding's:
+    Launch.prepare_checks_only) where a kernel writes them: run at the launch's place among the tape's
+    launches, once the kernels before it are done. Or why it cannot be repeated."""
+    why = []
+    checked = {index for index, _ in launch.checks}
+    made = [_template(a, inputs, input_of, fresh_of, why) if i in checked else None for i, a in enumerate(given)]
+    if why:
+        return f"{label} checks indices that are not a graph input ({why[0]})"
+    return HostOp(lambda *tensors: launch.prepare(list(tensors)), made, {})
+
+
+def _template(a, inputs, input_of: dict, fresh_of: dict, why: list):
+    """What a HostOp keeps for operand `a` of the recorded call: a graph input stands as _Input, any other
+    tensor as itself (the same every call); `why` gets the reason where none of these will do."""
+    if isinstance(a, (list, tuple)):
+        return type(a)(_template(b, inputs, input_of, fresh_of, why) for b in a)
+    if a is None or isinstance(a, (bool, int, float)):
+        return a
+    if type(a) not in PLAIN_TENSORS:
+        why.append(f"an operand of type {type(a).__name__}")
+        return None
+    address = storage_span(a)[0]
+    if address in fresh_of:
+        why.append("an operand is a fresh output (another block each call)")
+    j = input_of.get(address)
+    if j is None:
+        return a  # a planned result, a weight, a constant: the same tensor every call
+    return _Input(j, None if a is inputs[j] else (tuple(a.shape), a.stride(), a.storage_offset()))
 
 
 def _resolved(a, args):

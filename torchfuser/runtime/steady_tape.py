@@ -16,7 +16,8 @@ gets its outputs in two arena blocks in turn, and each arming stays set for one 
 Recorded (Recorder: Call.enqueue and the plan's steps fill it in during a steady call) only where that is all a
 steady call does: launches with static arguments (Launch.static_arguments) and no host work in prepare() beyond
 finding a kept copy of weights or of a weight transform's result (Launch.prepare_from_weights) or checking inputs
-(Launch.prepare_checks_only: an embedding's indices, checked again each replay), no step a PyTorch op but one
+(Launch.prepare_checks_only: an embedding's indices, checked again each replay: before the first launch where they
+are graph inputs, in their place where a kernel writes them into a planned block), no step a PyTorch op but one
 writing a graph input in place (host_ops.py: a static KV cache's update, run between the launches), every graph
 output a fresh kernel output or a view of one. A replay declines (returns None: the plan walks its steps, and
 records again) when an input the plan keeps derived copies of (packed weights, weight transforms) has moved or
@@ -39,7 +40,7 @@ import torch
 from torchfuser.codegen.opencl.chained import chained_source
 from torchfuser.runtime.bound import Bound, cl_module, copy_kernel
 from torchfuser.runtime.call import start_split, wait_for_workers
-from torchfuser.runtime.host_ops import PLAIN_TENSORS, host_op, writes_input_in_place
+from torchfuser.runtime.host_ops import PLAIN_TENSORS, host_check, host_op, writes_input_in_place
 from torchfuser.runtime.kernel_cache import KERNELS, KernelBuildError
 from torchfuser.runtime.lanes import INLINE, SPLIT, THREADED
 from torchfuser.runtime.memory import storage_span
@@ -284,7 +285,8 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     tape.fresh_layouts, tape.fresh_ptrs, fresh_of, fresh_tensors = [], [], {}, []
     tape.checks = []  # (launch, its input count, [(input checked, graph input, its view or None)])
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
-    for bound, given, inputs, outs, planned in recorder.launches:
+    hosts = []  # (launches before it, 0 for a PyTorch op or 1 for an index check, HostOp)
+    for position, (bound, given, inputs, outs, planned) in enumerate(recorder.launches):
         if bound.prepares and inputs[1] is not given[1]:  # a packed copy of B, kept while B's root is unchanged
             root = storage_span(_root(given[1]))[0]
             j = input_of.get(root)
@@ -294,14 +296,19 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
                 derived.add(j)
         n_in, moving = len(inputs), []
         if bound.prepares and bound.launch.prepare_checks_only:
-            checked = []
-            for index, _ in bound.launch.checks:
-                j = input_of.get(storage_span(inputs[index])[0])
-                if j is None:
-                    return f"{bound.label} checks indices that are not a graph input"
-                t = inputs[index]
-                checked.append((index, j, None if t is args[j] else (tuple(t.shape), t.stride(), t.storage_offset())))
-            tape.checks.append((bound.launch, n_in, checked))
+            indices = [inputs[index] for index, _ in bound.launch.checks]
+            if all(storage_span(t)[0] in input_of for t in indices):  # checked before the replay's first launch
+                checked = []
+                for index, _ in bound.launch.checks:
+                    t = inputs[index]
+                    j = input_of[storage_span(t)[0]]
+                    checked.append((index, j, None if t is args[j] else (tuple(t.shape), t.stride(), t.storage_offset())))
+                tape.checks.append((bound.launch, n_in, checked))
+            else:  # a kernel writes them: checked in their place, once the kernels before are done
+                check = host_check(bound.launch, bound.label, inputs, args, input_of, fresh_of)
+                if isinstance(check, str):
+                    return check
+                hosts.append((position, 1, check))
         if not planned:
             for layout, out in zip(bound.outputs, outs):
                 fresh_of[out.data_ptr()] = len(tape.fresh_layouts)
@@ -331,12 +338,12 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
             return "an output is not made by a kernel (an input, a constant)"
         view = None if t is fresh_tensors[f] else (tuple(t.shape), t.stride(), t.storage_offset())
         tape.output_fresh.append((f, view))
-    hosts = []  # (launches before it, HostOp)
     for before, target, given, kwargs in recorder.host_ops:
         op = host_op(target, given, kwargs, args, input_of, fresh_of)
         if isinstance(op, str):
             return op
-        hosts.append((before, op))
+        hosts.append((before, 0, op))
+    hosts = [(before, op) for before, _, op in sorted(hosts, key=lambda h: h[:2])]  # a launch's check after ops
     positions = {("in", j): [] for j in range(len(args))} | {("out", f): [] for f in range(len(fresh_tensors))}
     bounds = [bound for bound, *_ in recorder.launches]
     for bound, moving in zip(bounds, sources):

@@ -75,7 +75,8 @@ def test_dropout_in_training_is_not_fused():
 
 def test_pipeline_order():
     # in-place cache writes, numbers as tensors first, then rewrites into the forms the fusions take, siblings merged, attention first
-    assert PIPELINE[:14] == ["index_put_in_place", "tensor_scalar_operands", "fold_batch_norm", "conv_as_gemm", "pointwise_conv_as_gemm",
+    assert PIPELINE[:15] == ["index_put_in_place", "tensor_scalar_operands", "symbol_operands", "fold_batch_norm",
+                             "conv_as_gemm", "pointwise_conv_as_gemm",
                              "channels_last_between_convs", "pool_as_windows", "depthwise_conv_as_windows",
                              "cat_as_last_dim", "reduce_over_last_dim", "layer_norm_over_last_dim",
                              "batch_norm_as_affine", "merge_sibling_gemms", "fuse_attention"]
