@@ -74,7 +74,7 @@ class Bound:
     A split launch has two kernels, one per device (the workers' first), with the same arguments.
     """
 
-    __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares",
+    __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares", "sized",
                  "arguments", "lane", "split_dim", "cut", "recent_cuts", "widened", "cell", "claim_arguments",
                  "planned", "planned_buffers", "memo", "offsets", "addresses", "spare")
 
@@ -82,6 +82,7 @@ class Bound:
                  lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None,
                  donor: "Bound | None" = None):
         self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
+        self.sized = False  # a plan's Bound for one set of symbol values (its grid and arguments may follow them)
         self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
         # a claimed split launch (its kernels are the claimed form): its counter cell and the claimed form's
         # trailing arguments (the cell, the dim whose indices are claimed, the grid)

@@ -91,6 +91,7 @@ class KernelStep:
         if builts and is_claimed(builts[0].name):
             cell = donor.cell if donor is not None and donor.cell is not None else call.runtime.claim_cells.take()
         bound = Bound(launch, builts, self.name, exclusive=True, lane=lane, split=split, cell=cell, donor=donor)
+        bound.sized = self.sized_layouts
         # only a step's first layout runs its first split at the widest cut: a layout that keeps changing (a KV
         # cache) would otherwise leave most of every call's launch to the workers
         bound.widened = bool(self.bound) or donor is not None

@@ -269,8 +269,9 @@ def _armed_copy(kernel, arguments: list):
 def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool = False) -> SteadyTape | str:
     """The tape of the steady call the recorder followed (args, output: the call's; ahead: what the workers of
     each split launch read ahead, executor.Plan._ahead), or why a replay would not repeat it. shared: one of
-    several tapes of a plan (one per symbol values): no chained launches (their grids would be built into a new
-    kernel per size) and no kernels of its own (copies for every tape), only the Bounds'."""
+    several tapes of a plan (one per symbol values): chains of the launches whose grids are the same at every size
+    only (the chained kernel built once, a copy per tape holding its arguments), and no kernels of its own
+    (copies for every tape), only the Bounds'."""
     if recorder.why_not or not recorder.launches:
         return recorder.why_not or "it launches no kernel"
     if any(type(a) not in PLAIN_TENSORS and type(a) is not int for a in args):
@@ -354,7 +355,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     starts = range(len(bounds))
     tape.launches = _placed(launches, starts, hosts, lambda op: (None, op, None, None))
     tape.lanes = _placed(lanes, starts, hosts, lambda op: (HOST, op, None))
-    fast = _fast_launches(bounds, runtime, ahead, chains=not shared, breaks={before for before, _ in hosts})
+    fast = _fast_launches(bounds, runtime, ahead, unsized_only=shared, breaks={before for before, _ in hosts})
     fast = _placed(fast, [parts[0][0] for _, _, parts, _ in fast], hosts,
                    lambda op: ((None, op, None, None), (HOST, op, None), [], None))
     tape.fast = ([launch for launch, *_ in fast], [lane for _, lane, *_ in fast])
@@ -413,17 +414,20 @@ def _launches(bounds: list, runtime, ahead: dict) -> tuple[list, list]:
     return launches, lanes
 
 
-def _fast_launches(bounds: list, runtime, ahead: dict, chains: bool = True, breaks=frozenset()) -> list[tuple]:
+def _fast_launches(bounds: list, runtime, ahead: dict, unsized_only: bool = False, breaks=frozenset()) -> list[tuple]:
     """The tape's launches with each run of consecutive in-thread launches that chain as one launch: per launch,
     (queue, kernel, global size, local size), (lane, bound, what its workers read ahead), the Bounds it runs as
     (index, where its arguments start), and the chained kernel's arguments (None: a Bound's own kernel).
+    unsized_only: chain only launches whose grid is the same at every size (a chained kernel's source holds its
+    parts' grids: a sized part would make a new kernel to build for every length).
     breaks: the launches a chain must not run on into (a PyTorch op runs before them)."""
     runs, run = [], []
     for i, bound in enumerate(bounds + [None]):
         if i in breaks and run:
             runs += [run] if len(run) > 1 else [[j] for j in run]
             run = []
-        if chains and bound is not None and bound.lane == INLINE and _chains(bound):
+        if (bound is not None and bound.lane == INLINE and _chains(bound)
+                and not (unsized_only and bound.sized)):
             run.append(i)
             continue
         runs += [run] if len(run) > 1 else [[j] for j in run]

@@ -214,6 +214,33 @@ def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
         assert plan.tape_calls >= 12  # each length's third call on
 
 
+def test_a_plan_with_symbols_chains_the_launches_whose_grids_are_the_same_at_every_length():
+    """Two small kernels on static tensors run as one chained launch in every length's tape; the KV-cache-like
+    cat and the reduction after it, whose grids follow the length, keep launches of their own."""
+
+    def step(x, y, cache):
+        q = torch.sin(x) * 2 + 1
+        v = torch.cos(y) * 3 - 1
+        k = torch.cat([cache, q], dim=1)
+        return (k * v).sum(-1), k
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1, 1, 64), torch.randn(1, 1, 64)
+    f = torch.compile(step, backend="torchfuser")
+    with torch.no_grad():
+        for n in [5, 5, 5, 9, 9, 9, 5, 5, 9, 9, 5, 17]:
+            cache = torch.randn(1, n, 64)
+            torch._dynamo.mark_dynamic(cache, 1)
+            for got, expected in zip(f(x, y, cache), step(x, y, cache)):
+                torch.testing.assert_close(got, expected, **TOL)
+    plan = torchfuser.last_report().plan
+    assert plan.sized
+    if in_thread(plan):
+        assert plan.tape_calls >= 6
+        launches, run_as = plan.tape_launches
+        assert (launches, run_as) == (4, 3)
+
+
 class CounterCache(nn.Module):
     """A cache written in place at a position counter (a static KV cache's update), then read by a kernel."""
 
