@@ -73,6 +73,49 @@ def test_arange_positions_are_proven_in_range_and_not_checked():
         torchfuser.compile(fn)(weight, torch.randn(1, 15, 8))
 
 
+def test_aranges_to_a_dynamic_length_are_kernels_and_their_positions_checked():
+    """arange(L) with L symbolic (dynamic=True): the program needs only start and step, L is the result's length;
+    positions past the table are not proven in range, so they are checked and raise as eager's embedding does."""
+
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(40, 8)  # a parameter: its rows stay static under dynamic=True
+
+        def forward(self, x):
+            positions = torch.arange(x.shape[1]) + torch.arange(2, 2 + 3 * x.shape[1], 3) // 3
+            return self.table(positions.unsqueeze(0)) + x
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Positions().eval()
+    compiled = torch.compile(model, backend="torchfuser", dynamic=True)
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        for n in (7, 19, 7, 3, 19, 7):
+            x = torch.randn(1, n, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+        with pytest.raises(IndexError):  # the last position, 2 * 21 - 2 = 40, is past the 40 rows
+            model(torch.randn(1, 21, 8))
+        with pytest.raises(IndexError):
+            compiled(torch.randn(1, 21, 8))
+    assert reports[-1].fallbacks == []
+
+
+def test_a_table_with_a_dynamic_row_count_is_named_and_runs_in_pytorch():
+    def fn(w, ids):
+        return F.embedding(ids, w) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="torchfuser", dynamic=True)
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        for rows in (9, 13):
+            weight, ids = torch.randn(rows, 4), torch.randint(0, rows, (2, 5))
+            assert torch.equal(compiled(weight, ids), fn(weight, ids))
+    (fallback,) = reports[-1].fallbacks
+    assert fallback.op == "aten.embedding.default" and "row count is dynamic" in fallback.reason
+    assert not any("error" in r.stats for r in reports[-1].passes)  # no pass failed on it
+
+
 def test_program_text_and_the_reference_path():
     def fn(w, ids):
         return F.embedding(ids, w).sigmoid()
