@@ -30,10 +30,6 @@ CHANNEL = "channel"
 LAYOUTS = (CONTIGUOUS, SCALAR, STRIDED, ROW, COLUMN, CHANNEL)
 
 
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 @dataclass(frozen=True)
 class PointwiseSpec(KernelSpec):
     program: Program
