@@ -70,19 +70,34 @@ class Launch:
 
 
 _configured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> {layout key: Launch}
+# (node structure, layout key) -> Launch: the layers of a model configure each of their kernels once per layout (a
+# decode step at a new KV length configures one cat and one attention, not one per layer); a launch is not changed
+# after configure, so nodes may share it
+_by_structure: dict = {}
+STRUCTURES_KEPT = 4096
 
 
 def configure(node: FusedKernel, inputs, device_type: str = "CPU") -> Launch:
-    """The node's launch for these input layouts on this type of device (memoised)."""
+    """The node's launch for these input layouts on this type of device (memoised, also across nodes of one
+    structure: FusedKernel.structure)."""
     memo = _configured.get(node)
     if memo is None:
         memo = _configured[node] = {}
     key = (layout_signature(inputs), device_type)
     launch = memo.get(key)
     if launch is None:
-        launch = memo[key] = kind_of(node).configure(node, inputs, device_type)
-        launch.nbytes = sum(extent(t) * t.dtype.itemsize for t in inputs) + sum(
-            math.prod(shape) * dtype.itemsize for shape, _, dtype in launch.outputs)
+        structure = node.structure()
+        shared = None if structure is None else (structure, key, get_device())  # its vector widths
+        launch = None if shared is None else _by_structure.get(shared)
+        if launch is None:
+            launch = kind_of(node).configure(node, inputs, device_type)
+            launch.nbytes = sum(extent(t) * t.dtype.itemsize for t in inputs) + sum(
+                math.prod(shape) * dtype.itemsize for shape, _, dtype in launch.outputs)
+            if shared is not None:
+                if len(_by_structure) >= STRUCTURES_KEPT:  # sizes that keep changing: start again
+                    _by_structure.clear()
+                _by_structure[shared] = launch
+        memo[key] = launch
     return launch
 
 

@@ -518,3 +518,25 @@ def test_launches_of_calls_not_profiled_are_counted_when_the_stats_are_read():
     with torch.no_grad():
         f(x, y)
     assert [s.launches for s in plan.stats.values()] == [1]
+
+
+def test_the_layers_of_a_model_configure_each_cat_and_attention_once_per_layout():
+    """Nodes of one structure (the same cat or attention in every layer) share their launch for the same input
+    layouts; a node that differs in what it computes, and GEMMs (whose tuned choices are per node), do not."""
+    from torchfuser.ir.kernels.attention import AttentionKernel
+    from torchfuser.ir.kernels.cat import CatKernel
+    from torchfuser.ir.program import Const, ProgramBuilder
+    from torchfuser.runtime.launch import configure
+
+    a, b, other = CatKernel(2, group=1), CatKernel(2, group=5), CatKernel(1, group=6)
+    assert a.structure() == b.structure() != other.structure()
+    past, new = torch.randn(1, 4, 9, 8), torch.randn(1, 4, 1, 8)
+    assert configure(a, [past, new]) is configure(b, [past, new])
+    assert configure(other, [torch.randn(1, 3, 8), torch.randn(1, 2, 8)]) is not configure(a, [past, new])
+    assert configure(a, [torch.randn(1, 4, 10, 8), new]) is not configure(a, [past, new])
+    builder = ProgramBuilder(["float32"])
+    score = builder.build([builder.emit("mul", (0, Const(0.125, "float32")), "float32")])
+    q, k = torch.randn(1, 4, 1, 8), torch.randn(1, 4, 9, 8)
+    first, second = AttentionKernel(score, 0, causal=False), AttentionKernel(score, 3, causal=False)
+    assert configure(first, [q, k, k]) is configure(second, [q, k, k])
+    assert configure(AttentionKernel(score, 4, causal=True), [q, k, k]) is not configure(first, [q, k, k])

@@ -140,6 +140,9 @@ class AttentionKernel(FusedKernel):
         lse = torch.empty(q.shape[0], t, q.shape[1]).transpose(1, 2).copy_(lse)
         return out, lse
 
+    def structure(self) -> tuple | None:
+        return self._attributes()
+
     def output_strides(self, q) -> tuple:
         return sdpa_output_strides(q) if self.output_like_query else tuple(contiguous_strides(list(q.shape)))
 

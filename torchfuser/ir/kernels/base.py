@@ -17,7 +17,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from torchfuser.ir.symbolic import evaluate, has_symbols
+
+
+_IDENTITY = frozenset({"group", "__name__", "__module__", "_at_sizes"})  # a node's own, not what it computes
 
 
 class FusedKernel:
@@ -40,6 +45,24 @@ class FusedKernel:
     def sized_dims(self) -> list:
         """The sizes the node holds itself (not read off its inputs); symbolic ones are bound per call."""
         return []
+
+    def structure(self) -> tuple | None:
+        """Everything its kind's launch configuration reads of this node, for a kind whose configuration reads
+        nothing else of it (no per-node state, such as a GEMM's tuned choices): two nodes of one structure (the
+        same cat or attention in every layer of a model) then configure alike. None: configure each node."""
+        return None
+
+    def _attributes(self) -> tuple | None:
+        """structure() for a kind whose configuration reads only the node's attributes: its class and them (its
+        group and names aside), or None where one is not a plain hashable value."""
+        fields = tuple(sorted((k, v) for k, v in vars(self).items() if k not in _IDENTITY))
+        if any(isinstance(v, torch.Tensor) for _, v in fields):  # equality would compare their values
+            return None
+        try:
+            hash(fields)
+        except TypeError:  # a list, a SymInt
+            return None
+        return type(self), fields
 
     def at_sizes(self, symbols: tuple, values: tuple) -> "FusedKernel":
         """This node with its symbolic sizes evaluated at these symbol values (memoised): what launches

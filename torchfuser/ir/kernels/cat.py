@@ -55,3 +55,6 @@ class CatKernel(FusedKernel):
 
     def reference(self, *inputs):
         return torch.cat(inputs, self.dim)
+
+    def structure(self) -> tuple | None:
+        return self._attributes()
