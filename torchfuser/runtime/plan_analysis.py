@@ -12,7 +12,7 @@ import torch.fx as fx
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import output_owners
-from torchfuser.ir.symbolic import has_symbols, tensor_has_symbols
+from torchfuser.ir.symbolic import has_symbols, symbol_tensor, tensor_has_symbols
 from torchfuser.runtime.memory import OutputLayout
 from torchfuser.runtime.virtual_views import VIRTUAL_OPS
 
@@ -42,9 +42,11 @@ def reads_kernel_results(node: fx.Node, owner) -> bool:
 
 
 def trusted_values(nodes, owner) -> set:
-    """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results and views
-    of them (a PyTorch fallback's result is not counted: its layout is the op's business)."""
-    return {n for n in nodes if owner[n].op in ("placeholder", "get_attr") or isinstance(owner[n].target, FusedKernel)}
+    """Values whose layout follows from the graph's input layouts: inputs, constants, kernel results, the plan's
+    0-d tensors of integer inputs (passes/symbol_operands.py) and views of them (a PyTorch fallback's result is
+    not counted: its layout is the op's business)."""
+    return {n for n in nodes if owner[n].op in ("placeholder", "get_attr")
+            or isinstance(owner[n].target, FusedKernel) or owner[n].target is symbol_tensor}
 
 
 def virtual_view_nodes(nodes, owner, to_output, blocks) -> set:
