@@ -73,9 +73,9 @@ def test_arange_positions_are_proven_in_range_and_not_checked():
         torchfuser.compile(fn)(weight, torch.randn(1, 15, 8))
 
 
-def test_aranges_to_a_dynamic_length_are_kernels_and_their_positions_checked():
-    """arange(L) with L symbolic (dynamic=True): the program needs only start and step, L is the result's length;
-    positions past the table are not proven in range, so they are checked and raise as eager's embedding does."""
+def test_positions_from_aranges_to_a_dynamic_length_are_checked():
+    """arange(L) with L symbolic (dynamic=True) runs in PyTorch, named; the embedding of its positions is a kernel
+    whose indices are checked (not proven in range) and raise past the table as eager's embedding does."""
 
     class Positions(torch.nn.Module):
         def __init__(self):
@@ -98,7 +98,8 @@ def test_aranges_to_a_dynamic_length_are_kernels_and_their_positions_checked():
             model(torch.randn(1, 21, 8))
         with pytest.raises(IndexError):
             compiled(torch.randn(1, 21, 8))
-    assert reports[-1].fallbacks == []
+    assert {f.op for f in reports[-1].fallbacks} == {"aten.arange.start_step"}
+    assert all("not Python ints" in f.reason for f in reports[-1].fallbacks)
 
 
 def test_a_table_with_a_dynamic_row_count_is_named_and_runs_in_pytorch():

@@ -12,8 +12,7 @@ kernel's output coordinate along d (the outputs use ``(0, 1)``).
 - ``cat([x0, x1, ...], d)``: operand k, which starts at position c_k, at ``(offset - c_k, step)``; the cat
   selects between them, ``where(position < c_1, x0, where(position < c_2, x1, ...))``; empty 1-d operands
   are skipped, as eager skips them (Hugging Face's KV cache starts as ``torch.tensor([])``);
-- ``arange(start, end, step)`` (1-d, so d is its only dim): ``start + step * position`` (`end` may be a
-  symbolic size: it only sets the result's length);
+- ``arange(start, end, step)`` (1-d, so d is its only dim): ``start + step * position``;
 - ``embedding(weight, indices)``: the weight read at the row an index gives (`GatherRead`); the indices are
   an input of their own, read with a trailing dim of 1. Its group has no index ops or aranges (their reads
   are not combined with a gather), so its context is the identity;
@@ -82,19 +81,12 @@ def arange_problem(node: fx.Node) -> str | None:
     args = list(node.args) + [1] * (3 - len(node.args))
     if meta is None or meta.dtype not in (torch.int32, torch.int64):
         return f"arange of dtype {getattr(meta, 'dtype', None)}: kernels compute integer aranges only"
-    start, end, step = args[:3]
-    if not (type(start) is int and type(step) is int and (type(end) is int or _size_node(end))):
-        return "arange with a start or step that is not a Python int"
+    if not all(type(a) is int for a in args[:3]):
+        return "arange with bounds that are not Python ints"
     if torch.device(node.kwargs.get("device") or "cpu").type != "cpu" or node.kwargs.get("layout") not in (
             None, torch.strided):
         return "arange on another device or layout"
     return None
-
-
-def _size_node(a) -> bool:
-    """a is a node whose value is a symbolic size: an arange to it has the result's (symbolic) length, which the
-    kernel takes as an argument; the program needs only the start and the step."""
-    return isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.SymInt)
 
 
 def embedding_problem(node: fx.Node) -> str | None:
@@ -127,8 +119,6 @@ def _value_range(node) -> tuple[int, int] | None:
         return None
     if node.target is ARANGE and arange_problem(node) is None:
         start, end, step = (list(node.args) + [1] * 3)[:3]
-        if type(end) is not int:  # a symbolic length: no bound to prove
-            return None
         values = range(start, end, step)
         return (min(values[0], values[-1]), max(values[0], values[-1])) if values else None
     if node.target in (aten.add.Tensor, aten.sub.Tensor) and type(node.args[1]) is int and not node.kwargs:
@@ -228,8 +218,6 @@ def _operand_contexts(node: fx.Node, ctx: tuple, dim: int) -> list[tuple]:
         return [(source, _context(source, (start + stride * offset, stride * step), dim))]
     if node.target is aten.cat.default:
         return [(a, c) for a, c, _ in _pieces(node, ctx, dim)]
-    if node.target is ARANGE:  # no tensor operand (a symbolic end is the result's length)
-        return []
     return [(a, _context(a, ctx, dim)) for a in node.all_input_nodes]
 
 
