@@ -68,8 +68,8 @@ def host_op(target, given: tuple, kwargs: dict, inputs, input_of: dict, fresh_of
 
 def host_check(launch, label: str, given: list, inputs, input_of: dict, fresh_of: dict) -> HostOp | str:
     """A HostOp checking the indices of a recorded launch that checks them on the host (an embedding's:
-    Launch.prepare_checks_only) where a kernel writes them: run at the launch's place among the tape's
-    launches, once the kernels before it are done. Or why it cannot be repeated."""
+    Launch.prepare_checks_only), read from this call's inputs or where a kernel writes them (then run at the
+    launch's place among the tape's launches, once the kernels before it are done). Or why it cannot be repeated."""
     why = []
     checked = {index for index, _ in launch.checks}
     made = [_template(a, inputs, input_of, fresh_of, why) if i in checked else None for i, a in enumerate(given)]

@@ -117,11 +117,8 @@ class SteadyTape:
         ptrs = _addresses(args, self.numbers)
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
             return None
-        for launch, count, checked in self.checks:  # an embedding's indices, as its launch checks them
-            inputs = [None] * count
-            for i, j, view in checked:
-                inputs[i] = args[j] if view is None else args[j].as_strided(*view)
-            launch.prepare(inputs)
+        for check in self.checks:  # an embedding's indices from the graph inputs, as its launch checks them
+            check(args)
         outs = list(map(self.arena.allocate, self.fresh_layouts))
         ptrs = list(map(_data_ptr, outs))
         arming = self.arming
@@ -284,7 +281,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     transformed = {storage_span(t)[0] for t in recorder.transformed}  # whose inputs are `derived`
     tape = SteadyTape()
     tape.fresh_layouts, tape.fresh_ptrs, fresh_of, fresh_tensors = [], [], {}, []
-    tape.checks = []  # (launch, its input count, [(input checked, graph input, its view or None)])
+    tape.checks = []  # host_ops.host_check of launches whose checked indices are all graph inputs
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
     hosts = []  # (launches before it, 0 for a PyTorch op or 1 for an index check, HostOp)
     for position, (bound, given, inputs, outs, planned) in enumerate(recorder.launches):
@@ -297,18 +294,12 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
                 derived.add(j)
         n_in, moving = len(inputs), []
         if bound.prepares and bound.launch.prepare_checks_only:
-            indices = [inputs[index] for index, _ in bound.launch.checks]
-            if all(storage_span(t)[0] in input_of for t in indices):  # checked before the replay's first launch
-                checked = []
-                for index, _ in bound.launch.checks:
-                    t = inputs[index]
-                    j = input_of[storage_span(t)[0]]
-                    checked.append((index, j, None if t is args[j] else (tuple(t.shape), t.stride(), t.storage_offset())))
-                tape.checks.append((bound.launch, n_in, checked))
+            check = host_check(bound.launch, bound.label, inputs, args, input_of, fresh_of)
+            if isinstance(check, str):
+                return check
+            if all(storage_span(inputs[index])[0] in input_of for index, _ in bound.launch.checks):
+                tape.checks.append(check)  # graph inputs: checked before the replay's first launch
             else:  # a kernel writes them: checked in their place, once the kernels before are done
-                check = host_check(bound.launch, bound.label, inputs, args, input_of, fresh_of)
-                if isinstance(check, str):
-                    return check
                 hosts.append((position, 1, check))
         if not planned:
             for layout, out in zip(bound.outputs, outs):
