@@ -66,6 +66,13 @@ class OutputLayout(NamedTuple):
         return cls(shape, stride, dtype, span * dtype.itemsize)
 
 
+def host_bytes(nbytes: int) -> np.ndarray:
+    """nbytes of uninitialised host memory as a numpy array, allocated by PyTorch: numpy asks the kernel for huge
+    pages for arrays of 4 MiB and more (madvise), and where a virtual machine backs memory lazily, a huge page's
+    first touch costs many times its 512 small pages (a first call at a new size would pay it in its kernels)."""
+    return torch.empty(nbytes, dtype=torch.uint8).numpy()
+
+
 def size_class(nbytes: int) -> int:
     """The block size that serves `nbytes`: whole cache lines up to 4 KiB, then steps of 1/8 of the power of two
     below (at most 12.5 % unused)."""
@@ -79,7 +86,7 @@ class _Block:
     __slots__ = ("raw", "start", "slot")
 
     def __init__(self, nbytes: int):
-        self.raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+        self.raw = host_bytes(nbytes + ALIGNMENT)
         self.start = (-self.raw.ctypes.data) % ALIGNMENT
         self.slot = [None, None]  # [layout, numpy view]: a list, so _refs reads the view like the calibration
 
@@ -305,7 +312,7 @@ class PlannedBlocks:
         if np_dtype is None or not layout.nbytes or layout.nbytes > self.capacities[block]:
             return None
         if self._raw[block] is None:
-            self._raw[block] = np.empty(self.capacities[block] + ALIGNMENT, np.uint8)
+            self._raw[block] = host_bytes(self.capacities[block] + ALIGNMENT)
         raw = self._raw[block]
         start = (-raw.ctypes.data) % ALIGNMENT
         item = layout.dtype.itemsize

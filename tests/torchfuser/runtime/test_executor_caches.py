@@ -3,6 +3,7 @@ calls, arena blocks for outputs. Each cache is checked where it could go stale: 
 the same address, inputs modified in place, a kernel shared by two launches or set by another caller."""
 
 import gc
+import os
 import weakref
 
 import numpy as np
@@ -15,7 +16,7 @@ import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
-from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, ZeroCopyBinder, size_class
+from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, PlannedBlocks, ZeroCopyBinder, size_class
 from torchfuser.runtime.steady_tape import SteadyTape, _Arming
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
@@ -443,6 +444,36 @@ def test_arena_over_its_budget_gives_back_free_blocks_of_other_sizes():
     beyond = [arena.allocate(big) for _ in range(3)]  # nothing free to give back: plain allocations
     assert arena.bytes == size_class(small.nbytes) + 2 * size_class(big.nbytes)
     assert all(t.shape == (5000,) for t in beyond)
+
+
+def _mapping_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping that holds `address` (Linux /proc/self/smaps)."""
+    found = None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                start, end = (int(x, 16) for x in head.split("-"))
+                found = start <= address < end
+            elif found and line.startswith("VmFlags:"):
+                return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
+def test_arena_blocks_do_not_ask_for_huge_pages():
+    """numpy advises huge pages for arrays of 4 MiB and more; on a virtual machine that backs memory lazily a
+    huge page's first touch costs many times its small pages, and a first call at a new size pays it in its
+    kernels. The arena's blocks (and a plan's planned blocks) come from PyTorch's allocator instead."""
+    layout = OutputLayout.of((4 << 20,), (1,), torch.float32)  # 16 MiB
+    block = HostArena().allocate(layout)
+    block.fill_(1.0)
+    middle = layout.nbytes // 2  # numpy advises the whole pages of an array: its first one may be left out
+    assert "hg" not in _mapping_flags(block.data_ptr() + middle)
+    planned = PlannedBlocks([layout.nbytes]).tensor(0, layout)
+    planned.fill_(1.0)
+    assert "hg" not in _mapping_flags(planned.data_ptr() + middle)
+    assert "hg" in _mapping_flags(np.ones(4 << 20, np.float32).ctypes.data + middle)  # the check sees the advice
 
 
 def test_kernel_copies_share_pyopencls_generated_argument_code():
