@@ -288,7 +288,8 @@ def test_vector_path_and_its_scalar_tail(dtype, n):
     assert_close(compiled(fn)(x, y), fn(x, y))
     (kernel,) = torchfuser.last_report().kernels
     width = 16 if dtype == torch.float32 else 8
-    assert f"vload{width}" in kernel.source and "vector=" + str(width) in kernel.spec
+    vtype = "float" if dtype == torch.float32 else "double"
+    assert f"__global {vtype}{width}_u *)(in" in kernel.source and "vector=" + str(width) in kernel.spec
 
 
 @pytest.mark.parametrize("cols", [16, 48, 37])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import vector_type
 from torchfuser.codegen.opencl.program_c import program_statements
-from torchfuser.codegen.opencl.window import extra_loads, reduction_start, tap_update, tap_weights, vector_load
+from torchfuser.codegen.opencl.window import extra_loads, reduction_start, tap_update, tap_weights, channels_load
 from torchfuser.ir.kernels import GemmSpec
 
 
@@ -73,7 +73,7 @@ def produce_chunk(spec: GemmSpec, checked: bool) -> list[str]:
         lines.append(f"{vec} s{i} = {reduction_start(producer)};")
         for kh in range(win.kernel_h):
             for kw in range(win.kernel_w):
-                x = vector_load(cw, f"x{i} + {kh * win.dilation_h} * sxh + {kw * win.dilation_w} * sxw + k * sxc")
+                x = channels_load(cw, f"x{i} + {kh * win.dilation_h} * sxh + {kw * win.dilation_w} * sxw + k * sxc")
                 update = tap_update(producer, x, f"t{kh * win.kernel_w + kw}", f"s{i}")
                 lines.append(f"if (in{i}_r{kh} && in{i}_c{kw}) {update}" if checked else update)
         lines += extra_loads(producer, "P", f"pm{i}", "k", f"q{i}_")

@@ -9,7 +9,7 @@ ir/region.py) computes jlast, the output's last-dim coordinate, and reads remapp
 last-dim position times that input's last-dim stride, on top of its other dims. A gathered input (an
 embedding's table) adds its clamped row, the value its index input loaded, times its row stride.
 Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each work-item loads, computes and
-stores one OpenCL vector (vloadN/vstoreN need only element alignment); the last partial vector takes the
+stores one OpenCL vector (program_c.vector_load: element alignment suffices); the last partial vector takes the
 scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
 from torchfuser.codegen.opencl.pointwise_rows import rows_source
-from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
+from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vector_load, vector_store
 from torchfuser.ir.kernels.pointwise import CHANNEL, COLUMN, CONTIGUOUS, ROW, SCALAR, STRIDED
 from torchfuser.ir.kernels import PointwiseSpec
 
@@ -87,11 +87,12 @@ def _vector_block(spec: PointwiseSpec) -> list[str]:
             COLUMN: f"({vtype})(in{i}[off{i} + base / rowlen])",  # rowlen % width == 0: one row per vector
             # chin % width == 0: one value per vector
             CHANNEL: f"({vtype})(in{i}[off{i} + ((base / chin{i}) % chsz{i}) * chst{i}])",
-            ROW: f"vload{width}(0, in{i} + off{i} + base % rowlen)",
-        }.get(layout, f"vload{width}(0, in{i} + off{i} + base)")
+            ROW: vector_load(vtype, f"in{i} + off{i} + base % rowlen"),
+        }.get(layout, vector_load(vtype, f"in{i} + off{i} + base"))
         loads.append(f"const {vtype} x{i} = {value};")
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=width)
-    stores = [f"vstore{width}({name}, 0, out{j} + base);" for j, name in enumerate(outputs)]
+    stores = [vector_store(vector_type(d, width), name, f"out{j} + base")
+              for j, (d, name) in enumerate(zip(program.output_dtypes, outputs))]
     return loads + body + stores
 
 

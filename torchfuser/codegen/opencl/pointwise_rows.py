@@ -15,7 +15,8 @@ clamps, ~13 ms on the flat schedule that divides the linear index for every elem
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
-from torchfuser.codegen.opencl.program_c import PREAMBLE, costly, helpers_for, program_statements, vectorisable
+from torchfuser.codegen.opencl.program_c import (PREAMBLE, costly, helpers_for, program_statements, vector_load,
+                                                  vector_store, vectorisable)
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.pointwise import SCALAR
 from torchfuser.ir.kernels import PointwiseSpec
@@ -210,13 +211,13 @@ def _iteration(program: Program, part: Program, inputs: list, steps: tuple, lo: 
         elif step == 0:
             value = f"({c_type}{lanes})(in{i}[{address(0)}])"
         elif step == 1 and (read is None or read.step == 1):
-            value = f"vload{lanes}(0, in{i} + {address(0)})"
+            value = vector_load(f"{c_type}{lanes}", f"in{i} + {address(0)}")
         else:
             value = f"({c_type}{lanes})(" + ", ".join(f"in{i}[{address(u)}]" for u in range(lanes)) + ")"
         loads.append(f"const {vector_type(program.input_dtypes[i], lanes)} x{k} = {value};")
     body, outputs = program_statements(part, [f"x{k}" for k in range(len(inputs))], width=lanes)
-    stores = [f"vstore{lanes}({name}, 0, out{j} + o + jlast);" if lanes > 1 else f"out{j}[o + jlast] = {name};"
-              for j, name in enumerate(outputs)]
+    stores = [vector_store(vector_type(d, lanes), name, f"out{j} + o + jlast") if lanes > 1
+              else f"out{j}[o + jlast] = {name};" for j, (d, name) in enumerate(zip(program.output_dtypes, outputs))]
     return "\n    ".join(loads + body + stores)
 
 

@@ -12,7 +12,8 @@ are strided over the groups; items beyond the scratch width fold in first), so i
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, VECTOR_SAFE, c_expression, vector_type
-from torchfuser.codegen.opencl.program_c import PREAMBLE, const_c, costly, helpers_for, program_statements, tagged
+from torchfuser.codegen.opencl.program_c import (PREAMBLE, const_c, costly, helpers_for, program_statements, tagged,
+                                                  vector_load, vector_store)
 from torchfuser.ir.program import Const, Program, ProgramBuilder
 from torchfuser.ir.kernels.reduction import GROUP_PER_ROW
 from torchfuser.ir.kernels import ReductionSpec
@@ -118,7 +119,7 @@ class _Writer:
             dtype = program.input_dtypes[i]
             if self.stash is not None and program is self.final and i == self.stash_input:
                 names.append(f"{prefix}stash")
-                value = f"vload{width}(0, out0 + obase + {j})" if width > 1 else f"out0[obase + {j}]"
+                value = vector_load(vector_type(dtype, width), f"out0 + obase + {j}") if width > 1 else f"out0[obase + {j}]"
                 lines.append(f"const {vector_type(dtype, width)} {prefix}stash = {value};")
                 continue
             if i >= self.n_loads:  # a row value, the same for the whole row
@@ -131,7 +132,7 @@ class _Writer:
                 continue
             layout = self.spec.layouts[i]
             if width > 1:
-                value = f"vload{width}(0, in{i} + base{i} + {j})"
+                value = vector_load(vector_type(dtype, width), f"in{i} + base{i} + {j}")
                 if layout == "bcast":
                     value = _broadcast(f"b{i}", dtype, width, program)
                 elif dtype == "bool":  # bytes in memory, a -1/0 mask in registers
@@ -185,7 +186,8 @@ class _Writer:
 
     def stores(self, outputs: list[str], j: str, width: int) -> list[str]:
         if width > 1:
-            return [f"vstore{width}({name}, 0, out{o} + obase + {j});" for o, name in enumerate(outputs)]
+            return [vector_store(vector_type(d, width), name, f"out{o} + obase + {j}")
+                    for o, (d, name) in enumerate(zip(self.red.element_output_dtypes, outputs))]
         return [f"out{o}[obase + {j}] = {name};" for o, name in enumerate(outputs)]
 
     def final_per_item(self) -> list[str]:

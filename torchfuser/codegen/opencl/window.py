@@ -11,7 +11,7 @@ load a contiguous vector of w channels.
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, vector_type
-from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
+from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vector_load, vector_store
 from torchfuser.ir.kernels.window import WindowSpec
 
 
@@ -37,13 +37,13 @@ def window_source(spec: WindowSpec) -> str:
         pixel.append(f"const int in_col{j} = iw{j} >= 0 && iw{j} < {win.width};")
     for i in range(win.kernel_h):
         for j in range(win.kernel_w):
-            x = vector_load(w, f"x{i} + iw{j} * sxw") if w > 1 else f"x{i}[iw{j} * sxw]"
+            x = channels_load(w, f"x{i} + iw{j} * sxw") if w > 1 else f"x{i}[iw{j} * sxw]"
             pixel.append(f"if (in_row{i} && in_col{j}) {tap_update(spec, x, f'k{i * win.kernel_w + j}', 'acc')}")
     pixel.append(f"const {idx} m = (n * {win.out_h} + oh) * {win.out_w} + ow;")
     extras = extra_loads(spec, "E", "m", "c", "e")
     body, (result,) = program_statements(spec.epilogue, ["acc"] + [f"e{e}" for e in range(1, n_extra + 1)], width=w)
     out = f"Y + m * {win.channels} + c"
-    store = f"vstore{w}({result}, 0, {out});" if w > 1 else f"*({out}) = {result};"
+    store = vector_store(vec, result, out) if w > 1 else f"*({out}) = {result};"
     pixel += extras + body + [store]
     inner = "\n    ".join(pixel)
     lines.append(f"for ({idx} ow = run * {spec.pixels}; ow < min(({idx}){win.out_w}, run * {spec.pixels} + "
@@ -76,13 +76,13 @@ def tap_weights(spec: WindowSpec, c: str, name: str) -> list[str]:
     if spec.reduction != "sum":
         return []
     vec = vector_type(spec.dtype, spec.vector_width)
-    return [f"const {vec} {name}{t} = {vector_load(spec.vector_width, f'T + offT + {t * spec.window.channels} + {c}')};"
+    return [f"const {vec} {name}{t} = {channels_load(spec.vector_width, f'T + offT + {t * spec.window.channels} + {c}')};"
             for t in range(spec.window.taps)]
 
 
-def vector_load(width: int, pointer: str) -> str:
-    """`width` channels from `pointer` on (contiguous channels); one float where the width is 1."""
-    return f"vload{width}(0, {pointer})" if width > 1 else f"*({pointer})"
+def channels_load(width: int, pointer: str) -> str:
+    """`width` float channels from the __global `pointer` on (contiguous channels); one float where the width is 1."""
+    return vector_load(f"float{width}", pointer) if width > 1 else f"*({pointer})"
 
 
 def reduction_start(spec: WindowSpec) -> str:
@@ -108,7 +108,7 @@ def extra_loads(spec: WindowSpec, buffer: str, m: str, c: str, name: str) -> lis
     for e, layout in enumerate(spec.extra_layouts, start=1):
         where = f"{buffer}{e} + off{buffer}{e} + {m} * s{buffer}{e}m"
         if layout == "row":
-            lines.append(f"const {vec} {name}{e} = {vector_load(w, f'{where} + {c}')};")
+            lines.append(f"const {vec} {name}{e} = {channels_load(w, f'{where} + {c}')};")
         elif layout == "bcast":
             c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
             lines.append(f"const {vec} {name}{e} = ({vec})({c_type})(({where})[0]);")
