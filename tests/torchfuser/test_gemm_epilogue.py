@@ -164,7 +164,7 @@ def test_cpu_devices_use_the_packed_schedule():
     actual, expected = run(model, torch.randn(gemm_launch.ROWS_MAX_M + 13, 40))  # decode sizes run "rows"
     assert_close(actual, expected)
     (kernel,) = torchfuser.last_report().kernels
-    assert "schedule=packed" in kernel.spec and f"vload{gemm_launch.panel_vector_width()}(" in kernel.source
+    assert "schedule=packed" in kernel.spec and f"float{gemm_launch.panel_vector_width()}_u *)(bk" in kernel.source
 
 
 def test_in_place_weight_updates_are_seen(monkeypatch):

@@ -19,7 +19,8 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES
-from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vectorisable
+from torchfuser.codegen.opencl.program_c import (PREAMBLE, helpers_for, program_statements, vector_load, vector_store,
+                                                  vectorisable)
 from torchfuser.codegen.opencl.gemm_a import inside, padded_tap, patch_row, produce_chunk, producer_row
 from torchfuser.codegen.opencl.window import window_params
 from torchfuser.ir.kernels import GemmSpec
@@ -101,9 +102,10 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         rows = "\n      ".join(patch_row(spec, i) for i in range(tm))
     # a tile's accumulators start at 0 in the first K block, else from the partial sums C holds
     start = "\n      ".join(
-        f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : vload{w}(0, C + min(m0 + {i}, M - 1) * N + n0 + {w * v});"
+        f"float{w} {acc[i][v]} = k0 == 0 ? (float{w})0.0f : "
+        f"{vector_load(f'float{w}', f'C + min(m0 + {i}, M - 1) * N + n0 + {w * v}')};"
         for i in range(tm) for v in range(vectors))
-    load_b = " ".join(f"const float{w} b{v} = vload{w}({v}, bk);" for v in range(vectors))
+    load_b = " ".join(f"const float{w} b{v} = {vector_load(f'float{w}', f'bk + {w * v}')};" for v in range(vectors))
     element = "c" if producer is not None else "k * sak" if window is None else "c" if window.padded else "tap + c"
     row = "at" if producer is not None else "p" if window is not None and window.padded else "a"
     fmas = "\n        ".join(
@@ -148,7 +150,7 @@ def packed_gemm_source(spec: GemmSpec) -> str:
     if producer is None:
         k_loops = f"{k_loop}\n        {load_b}\n        {fmas}\n      }}{'}' if window is not None else ''}"
     partial = "\n      ".join(
-        f"if (m0 + {i} < M) {{ " + " ".join(f"vstore{w}({acc[i][v]}, 0, C + (m0 + {i}) * N + n0 + {w * v});"
+        f"if (m0 + {i} < M) {{ " + " ".join(vector_store(f"float{w}", acc[i][v], f"C + (m0 + {i}) * N + n0 + {w * v}")
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
@@ -231,13 +233,13 @@ def _store_panel_row(spec: GemmSpec, acc: list[str], prefix: str, vector_epilogu
             c_type = C_TYPES[spec.epilogue.input_dtypes[e]]
             where = f"offE{e} + m * sE{e}m"
             loads.append(f"const float{w} e{e}_{v} = " + (
-                f"vload{w}(0, E{e} + {where} + n0 + {w * v});" if layout == "row"
+                f"{vector_load(f'float{w}', f'E{e} + {where} + n0 + {w * v}')};" if layout == "row"
                 else f"(float{w})(({c_type})E{e}[{where}]);"))
         body, (result,) = program_statements(
             spec.epilogue, [value] + [f"e{e}_{v}" for e in range(1, spec.epilogue.n_inputs)],
             prefix=f"{prefix}{v}_", width=w,
         )
-        full_tile += loads + body + [f"vstore{w}({result}, 0, C + m * N + n0 + {w * v});"]
+        full_tile += loads + body + [vector_store(f"float{w}", result, f"C + m * N + n0 + {w * v}")]
     # a statement per line: the explorer maps source lines to the graph nodes they compute
     indent = "\n          "
     tail = indent.join(_scalar_epilogue(spec, f"{tail_row}[j]") + [f"C[{c_index(spec, 'm', 'n')}] = r;"])
@@ -276,7 +278,8 @@ def rows_gemm_source(spec: GemmSpec) -> str:
                          for i in range(r) for v in range(vectors))
 
         def step(q: str, b: str, k: str) -> str:
-            loads = " ".join(f"const float{w} b{v}{q} = vload{w}({v}, {b});" for v in range(vectors))
+            loads = " ".join(f"const float{w} b{v}{q} = {vector_load(f'float{w}', f'{b} + {w * v}')};"
+                             for v in range(vectors))
             fmas = "\n          ".join(
                 f"{{ const float{w} a = (float{w})(a{i}[{k} * sak]); "
                 + " ".join(f"{acc[i][v]}{q} = fma(a, b{v}{q}, {acc[i][v]}{q});" for v in range(vectors)) + " }"
