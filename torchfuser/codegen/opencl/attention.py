@@ -22,7 +22,7 @@ softmax does) or 0 ("zero", as SDPA does).
 from __future__ import annotations
 
 from torchfuser.codegen.opencl.op_c import C_TYPES, VECTOR_SAFE
-from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements
+from torchfuser.codegen.opencl.program_c import PREAMBLE, helpers_for, program_statements, vector_load, vector_store
 from torchfuser.codegen.opencl.reduction import mask_vector_statements
 from torchfuser.ir.program import Const
 from torchfuser.ir.kernels.attention import ATTENTION_CPU
@@ -191,7 +191,7 @@ def _load_q(spec: AttentionSpec) -> list[str]:
     acc = 0."""
     w, d = spec.lanes, spec.head_dim
     row = f"qbase + min(t0 + x * {w} + ROW, T - 1) * sQr"
-    fast = [f"r[{i}] = vload{w}(0, Q + {row.replace('ROW', str(i))} + c);" for i in range(w)]
+    fast = [f"r[{i}] = {vector_load(f'float{w}', 'Q + ' + row.replace('ROW', str(i)) + ' + c')};" for i in range(w)]
     slow = [f"for (int i = 0; i < {w}; ++i) r[i] = tf_load_row(Q + {row.replace('ROW', 'i')} + c * sQd, sQd, {d} - c);"]
     after = [f"qt[x][c + {i}] = r[{i}]; acc[x][c + {i}] = (float{w})(0.0f);" for i in range(w)]
     tiles = _row_tiles(spec, spec.layouts[0], [(fast, after), (slow, after)], load=True)
@@ -418,7 +418,8 @@ def _store_rows(spec: AttentionSpec) -> list[str]:
     w, d, idx, nvec = spec.lanes, spec.head_dim, spec.index_type, spec.query_vectors
     vec = f"float{w}"
     at = f"O + obase + (t0 + x * {w} + ROW) * sOt"
-    fast = [f"if (t0 + x * {w} + {i} < T) vstore{w}(r[{i}], 0, {at.replace('ROW', str(i))} + c);" for i in range(w)]
+    fast = [f"if (t0 + x * {w} + {i} < T) " + vector_store(vec, f"r[{i}]", at.replace("ROW", str(i)) + " + c")
+            for i in range(w)]
     slow = [f"for (int i = 0; i < {w} && t0 + x * {w} + i < T; ++i) "
             f"tf_store_row(r[i], {at.replace('ROW', 'i')} + c * sOd, sOd, {d} - c);"]
     before = [f"r[{i}] = acc[x][c + {i}] * inv;" for i in range(w)]
