@@ -38,7 +38,7 @@ class Options:
         if mode is not None:
             if mode not in MODES:
                 raise ValueError(f"unknown mode {mode!r}; torchfuser takes {', '.join(MODES)}")
-            options = {**MODES[mode], **options}
+            options = {**MODES[mode], **{k: v for k, v in options.items() if v is not None}}  # None: not given
         autotune = options.get("autotune")
         autotune = _AUTOTUNE_WORDS.get(autotune, autotune) if isinstance(autotune, bool) else autotune
         if autotune is not None and autotune not in SEARCHES:

@@ -47,6 +47,19 @@ def test_max_autotune_searches_even_a_small_gemm(tmp_path, monkeypatch):
     assert tuning["source"] == "tuned" and len(tuning["candidates"]) > 1
 
 
+def test_torchfuser_compile_takes_a_mode_too(tmp_path, monkeypatch):
+    """torchfuser.compile(model, mode="max-autotune") searches as torch.compile's mode does (its autotune
+    argument, left unset, does not undo the mode's)."""
+    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
+    model = nn.Linear(16, 24).eval()
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        assert_close(torchfuser.compile(model, mode="max-autotune")(x), model(x), atol=1e-4)
+    assert torchfuser.last_report().kernels[0].tuning["source"] == "tuned"
+    assert Options.make("max-autotune", autotune=None, device=None).autotune == "max"
+    assert Options.make("max-autotune", autotune="off").autotune == "off"  # an explicit option wins
+
+
 def test_unknown_options_and_modes_are_named_with_the_valid_ones():
     torch._dynamo.reset()
     x = torch.randn(4)
