@@ -81,6 +81,7 @@ def test_a_new_process_reuses_the_database(tuning):
     compile_and_check(model(), torch.randn(33, 48))
     code = textwrap.dedent("""
         import torch, torch.nn as nn, torchfuser
+        torchfuser.runtime.autotune.SEARCH_MIN_FLOPS = 0  # as the fixture: the test shape is small
         torch.manual_seed(0)
         m = nn.Sequential(nn.Linear(48, 80), nn.GELU()).eval()
         x = torch.randn(33, 48)
@@ -126,6 +127,20 @@ def test_tiny_gemms_are_not_worth_a_search(tuning, monkeypatch):
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 2e7)
     kernel = compile_and_check(model(), torch.randn(3, 48))
     assert "too small to tune" in kernel["tuning"]["source"]
+
+
+def test_max_autotunes_choices_for_small_gemms_stay_its_own(tuning, monkeypatch):
+    """What a max-autotune search stored for a GEMM the default search would not tune (timed alone, such choices
+    can lose inside a plan) does not replace the default's heuristic; a later max-autotune run reuses it."""
+    monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 2e7)
+    m, x = model(), torch.randn(3, 48)
+    sources = []
+    for search in ("max", "default", "max"):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            assert_close(torchfuser.compile(m, autotune=search)(x), m(x), atol=1e-4)
+        sources.append(torchfuser.last_report().kernels[0].tuning["source"])
+    assert sources[0] == "tuned" and "too small to tune" in sources[1] and sources[2] == "tuning database"
 
 
 def test_symbolic_sizes_take_the_database_or_the_heuristic_and_max_still_searches(tuning):
