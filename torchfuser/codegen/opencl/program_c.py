@@ -12,7 +12,7 @@ _UNALIGNED_WIDTHS = (2, 4, 8, 16)
 
 # Vector types aligned as their scalar (`float16_u`): a load or store through one is what vloadN/vstoreN mean,
 # and PoCL's LLVM makes it one full-width move, where its vloadN often becomes N/2 two-element loads and the
-# arithmetic on them runs two lanes at a time (exp(x * y + z) on float16: ~1.7x the time).
+# arithmetic on them runs two lanes at a time (when they feed a separate multiply or add).
 PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + "".join(
     f"typedef {t}{w} __attribute__((aligned({size}))) {t}{w}_u;\n"
     for t, size in _SCALAR_BYTES.items() for w in _UNALIGNED_WIDTHS)

@@ -119,7 +119,8 @@ class _Writer:
             dtype = program.input_dtypes[i]
             if self.stash is not None and program is self.final and i == self.stash_input:
                 names.append(f"{prefix}stash")
-                value = vector_load(vector_type(dtype, width), f"out0 + obase + {j}") if width > 1 else f"out0[obase + {j}]"
+                value = (vector_load(vector_type(dtype, width), f"out0 + obase + {j}") if width > 1
+                         else f"out0[obase + {j}]")
                 lines.append(f"const {vector_type(dtype, width)} {prefix}stash = {value};")
                 continue
             if i >= self.n_loads:  # a row value, the same for the whole row

@@ -76,7 +76,8 @@ def tap_weights(spec: WindowSpec, c: str, name: str) -> list[str]:
     if spec.reduction != "sum":
         return []
     vec = vector_type(spec.dtype, spec.vector_width)
-    return [f"const {vec} {name}{t} = {channels_load(spec.vector_width, f'T + offT + {t * spec.window.channels} + {c}')};"
+    width, channels = spec.vector_width, spec.window.channels
+    return [f"const {vec} {name}{t} = {channels_load(width, f'T + offT + {t * channels} + {c}')};"
             for t in range(spec.window.taps)]
 
 
