@@ -36,19 +36,16 @@ _MAGIC = b"TFCLBIN1"
 _DRIVER_CACHED = b"built from source; the driver's own cache holds the binary"
 
 
-class _QuietBuilds:
-    """While any build runs, the process's stderr (file descriptor 2) goes to the debug log (PoCL's compiler
-    writes "N warnings generated." there itself, below Python, into a user's terminal or notebook) and
-    pyopencl's CompilerWarning is ignored. Builds on several threads share both (the first starts them, the
-    last undoes them): fd 2 and the warning filters are the process's, and warnings.catch_warnings is not
-    thread-safe. Only the filter added here is removed, whatever else changed the filters meanwhile."""
+class _SharedStderrRedirect:
+    """The process's stderr (file descriptor 2) goes to the debug log while any build runs: PoCL's compiler
+    writes "N warnings generated." there itself, below Python, into a user's terminal or notebook. Builds on
+    several threads share one redirect (the first starts it, the last restores fd 2): fd 2 is the process's."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._users = 0
         self._saved: int | None = None
         self._captured = None
-        self._filter = None
 
     @contextlib.contextmanager
     def __call__(self):
@@ -65,12 +62,6 @@ class _QuietBuilds:
                     self._finish()
 
     def _start(self) -> None:
-        import pyopencl as cl
-
-        self._filter = None
-        if ("ignore", None, cl.CompilerWarning, None, 0) not in warnings.filters:  # else: the user's, left alone
-            warnings.filterwarnings("ignore", category=cl.CompilerWarning)
-            self._filter = warnings.filters[0]
         sys.stderr.flush()
         try:
             self._saved = os.dup(2)
@@ -81,9 +72,6 @@ class _QuietBuilds:
         os.dup2(self._captured.fileno(), 2)
 
     def _finish(self) -> None:
-        if self._filter is not None and self._filter in warnings.filters:
-            warnings.filters.remove(self._filter)
-            getattr(warnings, "_filters_mutated", lambda: None)()  # what warnings' own functions call after a change
         if self._saved is None:
             return
         os.dup2(self._saved, 2)
@@ -96,7 +84,7 @@ class _QuietBuilds:
             logger.debug("OpenCL compiler's own output: %s", text[:4000])
 
 
-_quiet_builds = _QuietBuilds()
+_stderr_to_debug_log = _SharedStderrRedirect()
 
 
 def build_quietly(program, devices: list, options: str = BUILD_OPTIONS):
@@ -105,7 +93,8 @@ def build_quietly(program, devices: list, options: str = BUILD_OPTIONS):
     nothing a user can act on (a failed build still raises with its log)."""
     import pyopencl as cl
 
-    with _quiet_builds():
+    with warnings.catch_warnings(), _stderr_to_debug_log():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
         program = program.build(options=options, devices=devices)
     if logger.isEnabledFor(logging.DEBUG):
         for device in devices:
