@@ -71,7 +71,7 @@ class Runtime:
             claimed_form = claimed_source(source, name)
             if claimed_form is not None:
                 name, source = name + CLAIMED_SUFFIX, claimed_form
-        found = KERNELS.get_all(devices, name, source)
+        found = [KERNELS.get(device, name, source) for device in devices]
         return [built for built, _ in found], found[0][1]
 
     def claims(self, launch: Launch, lane: str) -> bool:

@@ -36,55 +36,36 @@ _MAGIC = b"TFCLBIN1"
 _DRIVER_CACHED = b"built from source; the driver's own cache holds the binary"
 
 
-class _SharedStderrRedirect:
-    """The process's stderr (file descriptor 2) goes to the debug log while any build runs: PoCL's compiler
-    writes "N warnings generated." there itself, below Python, into a user's terminal or notebook. Builds on
-    several threads share one redirect (the first starts it, the last restores fd 2): fd 2 is the process's."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._users = 0
-        self._saved: int | None = None
-        self._captured = None
+_STDERR_REDIRECT = threading.Lock()  # one redirect at a time: two overlapping ones would not restore fd 2
 
-    @contextlib.contextmanager
-    def __call__(self):
-        with self._lock:
-            if self._users == 0:
-                self._start()
-            self._users += 1
+
+@contextlib.contextmanager
+def _stderr_to_debug_log():
+    """The process's stderr (file descriptor 2) goes to the debug log meanwhile: PoCL's compiler writes
+    "N warnings generated." there itself, below Python, into a user's terminal or notebook."""
+    with _STDERR_REDIRECT:
+        yield from _redirected_stderr()
+
+
+def _redirected_stderr():
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep quiet
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
         try:
             yield
         finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    self._finish()
-
-    def _start(self) -> None:
-        sys.stderr.flush()
-        try:
-            self._saved = os.dup(2)
-        except OSError:  # no stderr at all: nothing to keep quiet
-            self._saved = None
-            return
-        self._captured = tempfile.TemporaryFile()
-        os.dup2(self._captured.fileno(), 2)
-
-    def _finish(self) -> None:
-        if self._saved is None:
-            return
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._saved = None
-        with self._captured as captured:
+            os.dup2(saved, 2)
+            os.close(saved)
             captured.seek(0)
             text = captured.read().decode(errors="replace").strip()
-        if text:
-            logger.debug("OpenCL compiler's own output: %s", text[:4000])
-
-
-_stderr_to_debug_log = _SharedStderrRedirect()
+            if text:
+                logger.debug("OpenCL compiler's own output: %s", text[:4000])
 
 
 def build_quietly(program, devices: list, options: str = BUILD_OPTIONS):
@@ -127,19 +108,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TORCHFUSER_CACHE_DIR") or Path.home() / ".cache" / "torchfuser")
 
 
-_BUILDER = None
-
-
-def _builder():
-    """A thread for a second device's build (started on first use)."""
-    global _BUILDER
-    if _BUILDER is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _BUILDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchfuser-build")
-    return _BUILDER
-
-
 def cache_key(source: str, device_identity: str) -> str:
     text = "\0".join([__version__, device_identity, BUILD_OPTIONS, source])
     return hashlib.sha256(text.encode()).hexdigest()
@@ -148,27 +116,19 @@ def cache_key(source: str, device_identity: str) -> str:
 class KernelCache:
     def __init__(self):
         self._memory: dict[str, BuiltKernel] = {}
-        self._building: dict[str, threading.Lock] = {}  # key -> held while that key builds
         self._lock = threading.Lock()
         self.counts = Counter()  # hits, misses, disk_hits, build_errors, damaged
         self.per_key = Counter()
 
     def get(self, device, name: str, source: str) -> tuple[BuiltKernel, str]:
-        """(built kernel, status of this lookup: hit | miss | disk). Raises KernelBuildError. One build per key at
-        a time; other keys build meanwhile (get_all: a split launch's two devices)."""
+        """(built kernel, status of this lookup: hit | miss | disk). Raises KernelBuildError."""
         key = cache_key(source, device.identity)
         with self._lock:
             self.per_key[key] += 1
             built = self._memory.get(key)
-            if built is None:
-                building = self._building.setdefault(key, threading.Lock())
-        if built is not None:
-            return self._hit(built)
-        with building:
-            with self._lock:
-                built = self._memory.get(key)
-            if built is not None:  # another thread built it while this one waited
-                return self._hit(built)
+            if built is not None:
+                self.counts["hits"] += 1
+                return built, "hit"
             start = time.perf_counter()
             program = self._load_from_disk(device, name, source, key)
             status = "disk"
@@ -179,28 +139,9 @@ class KernelCache:
             import pyopencl as cl
 
             built = BuiltKernel(name, key, source, cl.Kernel(program, name), status, time.perf_counter() - start)
-            with self._lock:
-                self._memory[key] = built
-                self._building.pop(key, None)
-                self.counts["disk_hits" if status == "disk" else "misses"] += 1
+            self._memory[key] = built
+            self.counts["disk_hits" if status == "disk" else "misses"] += 1
             return built, status
-
-    def get_all(self, devices: list, name: str, source: str) -> list[tuple[BuiltKernel, str]]:
-        """get() for each device, the builds side by side (each clBuildProgram is one thread's compile)."""
-        if len(devices) == 1:
-            return [self.get(devices[0], name, source)]
-        with self._lock:
-            missing = sum(cache_key(source, d.identity) not in self._memory for d in devices)
-        if missing < 2:
-            return [self.get(device, name, source) for device in devices]
-        others = [_builder().submit(self.get, device, name, source) for device in devices[1:]]
-        first = self.get(devices[0], name, source)
-        return [first] + [other.result() for other in others]
-
-    def _hit(self, built: BuiltKernel) -> tuple[BuiltKernel, str]:
-        with self._lock:
-            self.counts["hits"] += 1
-        return built, "hit"
 
     def _build_from_source(self, device, name: str, source: str):
         import pyopencl as cl

@@ -153,35 +153,3 @@ def test_a_build_leaves_the_compilers_own_notes_out_of_stderr(capfd):
     for thread in threads:
         thread.join()
     assert os.fstat(2).st_ino == before
-
-
-def test_a_split_launchs_two_devices_build_side_by_side(tmp_path, monkeypatch):
-    """Both builds of a kernel for the workers and the calling thread run at once (the second on the build
-    thread), each is kept once, and stderr, which builds redirect, is back where it was."""
-    import threading
-
-    import pytest
-
-    from torchfuser.runtime.device import get_device
-    from torchfuser.runtime.kernel_cache import KERNELS, KernelCache
-
-    device = get_device()
-    if device is None or device.inline is None:
-        pytest.skip("needs a CPU device with its in-thread companion")
-    monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
-    threads = []
-    build = KernelCache._build_from_source
-
-    def recording(self, device, name, source):
-        threads.append(threading.current_thread().name)
-        return build(self, device, name, source)
-
-    monkeypatch.setattr(KernelCache, "_build_from_source", recording)
-    stderr_before = os.fstat(2).st_ino
-    name = "tf_test_side_by_side"
-    source = f"__kernel void {name}(__global float *x) {{ x[get_global_id(0)] *= {os.getpid()}.5f; }}\n"
-    found = KERNELS.get_all([device, device.inline], name, source)
-    assert [status for _, status in found] == ["miss", "miss"] and len({b.key for b, _ in found}) == 2
-    assert sorted(t.startswith("torchfuser-build") for t in threads) == [False, True]
-    assert [status for _, status in KERNELS.get_all([device, device.inline], name, source)] == ["hit", "hit"]
-    assert os.fstat(2).st_ino == stderr_before
