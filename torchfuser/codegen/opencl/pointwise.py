@@ -8,9 +8,10 @@ decompose the index into coordinates. A program that indexes the last dim (a cat
 ir/region.py) computes jlast, the output's last-dim coordinate, and reads remapped inputs at their clamped
 last-dim position times that input's last-dim stride, on top of its other dims. A gathered input (an
 embedding's table) adds its clamped row, the value its index input loaded, times its row stride.
-Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each work-item loads, computes and
-stores one OpenCL vector (program_c.vector_load: element alignment suffices); the last partial vector takes the
-scalar code. PoCL does not vectorise the transcendental ops of the scalar path: this is ~4x faster.
+Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each
+work-item loads, computes and stores one OpenCL vector (program_c.vector_load: element alignment suffices); the
+last, partial vector loads lane by lane and stores only the lanes before the end. PoCL does not vectorise the
+transcendental ops of the scalar path: this is several times faster.
 """
 
 from __future__ import annotations
@@ -43,24 +44,28 @@ def _parameters(spec: PointwiseSpec) -> list[str]:
     return params
 
 
+def _element_index(spec: PointwiseSpec, i: int, at: str) -> str:
+    """Input i's index of element `at` (a C expression; a strided input reads the coordinates of `i`)."""
+    layout = spec.layouts[i]
+    if layout == SCALAR:
+        return f"off{i}"
+    if layout == CONTIGUOUS:
+        return f"off{i} + {at}"
+    if layout == ROW:
+        return f"off{i} + {at} % rowlen"
+    if layout == COLUMN:
+        return f"off{i} + {at} / rowlen"
+    if layout == CHANNEL:
+        return f"off{i} + (({at} / chin{i}) % chsz{i}) * chst{i}"
+    return f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
+
+
 def _scalar_loop(spec: PointwiseSpec, start: str, end: str) -> list[str]:
     """for i in [start, end): load, compute, store, one element at a time."""
     program, idx = spec.program, spec.index_type
     loads = []
     for i in sorted(range(program.n_inputs), key=lambda i: program.gather_of(i) is not None):  # indices first
-        dtype, layout = program.input_dtypes[i], spec.layouts[i]
-        if layout == SCALAR:
-            index = f"off{i}"
-        elif layout == CONTIGUOUS:
-            index = f"off{i} + i"
-        elif layout == ROW:
-            index = f"off{i} + i % rowlen"
-        elif layout == COLUMN:
-            index = f"off{i} + i / rowlen"
-        elif layout == CHANNEL:
-            index = f"off{i} + ((i / chin{i}) % chsz{i}) * chst{i}"
-        else:
-            index = f"off{i} + " + (" + ".join(f"c{d} * st{i}_{d}" for d in range(spec.ndim)) or "0")
+        dtype, index = program.input_dtypes[i], _element_index(spec, i, "i")
         if program.read_of(i):
             index += f" + {_last_position(program.read_of(i), idx)} * lst{i}"
         if gather := program.gather_of(i):  # clamped: a row out of range never loads (the launch checks)
@@ -96,6 +101,24 @@ def _vector_block(spec: PointwiseSpec) -> list[str]:
     return loads + body + stores
 
 
+def _vector_tail(spec: PointwiseSpec) -> list[str]:
+    """The last vector when n is not a multiple of the width: lanes past the end load element n - 1 (in bounds)
+    and are not stored. No loop here: PoCL compiles this branch into every work-item's code, and with a scalar
+    loop in it the full vectors ran slower."""
+    program, width = spec.program, spec.vector_width
+    positions = [f"min(base + {k}, n - 1)" for k in range(width)]
+    loads = []
+    for i, dtype in enumerate(program.input_dtypes):
+        vtype = vector_type(dtype, width)
+        lanes = [f"in{i}[{_element_index(spec, i, f'({at})')}]" for at in positions[:1 if spec.layouts[i] == SCALAR
+                                                                                   else width]]
+        loads.append(f"const {vtype} x{i} = ({vtype})({', '.join(lanes)});")
+    body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=width)
+    stores = [f"if (base + {k} < n) out{j}[base + {k}] = {name}.s{k:x};"
+              for j, name in enumerate(outputs) for k in range(width)]
+    return loads + body + stores
+
+
 def pointwise_source(spec: PointwiseSpec) -> str:
     if spec.row_length:
         return rows_source(spec)
@@ -103,7 +126,7 @@ def pointwise_source(spec: PointwiseSpec) -> str:
     params = (",\n    ").join(_parameters(spec))
     if spec.vector_width > 1:
         vector = "\n    ".join(_vector_block(spec))
-        tail = "\n    ".join(_scalar_loop(spec, "base", "n"))
+        tail = "\n    ".join(_vector_tail(spec))
         body = f"""  const {idx} base = ({idx})get_global_id(0) * {per_item};
   if (base + {per_item} <= n) {{
     {vector}
