@@ -110,9 +110,9 @@ def _vector_tail(spec: PointwiseSpec) -> list[str]:
     loads = []
     for i, dtype in enumerate(program.input_dtypes):
         vtype = vector_type(dtype, width)
-        lanes = [f"in{i}[{_element_index(spec, i, f'({at})')}]" for at in positions[:1 if spec.layouts[i] == SCALAR
-                                                                                   else width]]
-        loads.append(f"const {vtype} x{i} = ({vtype})({', '.join(lanes)});")
+        count = 1 if spec.layouts[i] == SCALAR else width  # a scalar input: one load, broadcast
+        lanes = ", ".join(f"in{i}[{_element_index(spec, i, f'({at})')}]" for at in positions[:count])
+        loads.append(f"const {vtype} x{i} = ({vtype})({lanes});")
     body, outputs = program_statements(program, [f"x{i}" for i in range(program.n_inputs)], width=width)
     stores = [f"if (base + {k} < n) out{j}[base + {k}] = {name}.s{k:x};"
               for j, name in enumerate(outputs) for k in range(width)]
