@@ -292,6 +292,20 @@ def test_vector_path_and_its_scalar_tail(dtype, n):
     assert f"__global {vtype}{width}_u *)(in" in kernel.source and "vector=" + str(width) in kernel.spec
 
 
+@pytest.mark.parametrize("n", [1, 15, 33, 4099])
+def test_the_partial_last_vector_with_a_0d_input(n):
+    """The last vector, cut short by n, reads a 0-d input once and the contiguous ones lane by lane (n = 1: every
+    input is a single value); lanes past the end are not stored."""
+    def fn(x, scale):
+        return torch.exp(-x.abs()) * scale + x
+
+    x, scale = torch.randn(n), torch.tensor(1.5)
+    x[-1] = math.inf
+    assert_close(compiled(fn)(x, scale), fn(x, scale))
+    (kernel,) = torchfuser.last_report().kernels
+    assert "vector=16" in kernel.spec and "if (base + 15 < n) out0[base + 15]" in kernel.source
+
+
 @pytest.mark.parametrize("cols", [16, 48, 37])
 def test_row_and_column_broadcasts(cols):
     def fn(x, bias, scale):
