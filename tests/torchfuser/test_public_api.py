@@ -143,7 +143,7 @@ def test_a_kernel_that_fails_to_build_falls_back_with_its_build_log(monkeypatch)
     import torchfuser.runtime.call as call
 
     real = call.kernel_source
-    monkeypatch.setattr(call, "kernel_source", lambda spec: real(spec).replace("for (", "for ((", 1))
+    monkeypatch.setattr(call, "kernel_source", lambda spec: real(spec) + "\nnot C at all;\n")
     fn = lambda x: torch.sigmoid(x) * 7 + 0.125  # noqa: E731
     x = torch.randn(100)
     with pytest.warns(RuntimeWarning, match="tf_pointwise"):

@@ -125,7 +125,8 @@ def _configure_in_frame(kernel: PointwiseKernel, inputs, device_type: str) -> Po
         launch = configure_rows(kernel, inputs, device_type, min_length=ROWS_MIN_LENGTH)
         if launch is not None:
             return launch
-    spec = PointwiseSpec(kernel.program, layouts, len(sizes), index_type, vector_width=width)
+    spec = PointwiseSpec(kernel.program, layouts, len(sizes), index_type, vector_width=width,
+                         whole_vectors=width > 1 and numel % width == 0)
     index = np.int64 if index_type == "long" else np.int32
     scalars = [index(numel)]
     if {ROW, COLUMN} & set(layouts):

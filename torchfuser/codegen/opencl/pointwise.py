@@ -10,7 +10,8 @@ last-dim position times that input's last-dim stride, on top of its other dims. 
 embedding's table) adds its clamped row, the value its index input loaded, times its row stride.
 Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each
 work-item loads, computes and stores one OpenCL vector (program_c.vector_load: element alignment suffices); the
-last, partial vector loads lane by lane and stores only the lanes before the end. PoCL does not vectorise the
+last, partial vector (where n is not a multiple of the width) loads lane by lane and stores only the lanes
+before the end. PoCL does not vectorise the
 transcendental ops of the scalar path: this is several times faster.
 """
 
@@ -126,13 +127,12 @@ def pointwise_source(spec: PointwiseSpec) -> str:
     params = (",\n    ").join(_parameters(spec))
     if spec.vector_width > 1:
         vector = "\n    ".join(_vector_block(spec))
-        tail = "\n    ".join(_vector_tail(spec))
+        # work-items past the end (the grid is whole work-groups) do nothing
+        tail = "" if spec.whole_vectors else " else {\n    " + "\n    ".join(_vector_tail(spec)) + "\n  }"
         body = f"""  const {idx} base = ({idx})get_global_id(0) * {per_item};
   if (base + {per_item} <= n) {{
     {vector}
-  }} else {{
-    {tail}
-  }}"""
+  }}{tail}"""
     else:
         loop = "\n  ".join(_scalar_loop(spec, "start", "end"))
         body = f"""  const {idx} start = ({idx})get_global_id(0) * {per_item};

@@ -38,6 +38,9 @@ class PointwiseSpec(KernelSpec):
     index_type: str = "int"  # "int" or "long": long when sizes or offsets need 64 bits
     items_per_thread: int = 16  # scalar path: consecutive elements per work-item
     vector_width: int = 1  # > 1: the contiguous fast path, one OpenCL vector per work-item
+    # vector path: the launch's element count is a multiple of the width, so the kernel has no partial last
+    # vector to handle (a branch for it, never taken, still costs the full vectors)
+    whole_vectors: bool = False
     # > 0: the row schedule (codegen/pointwise_rows.py) for programs that index the last dim: one row of
     # this many elements along the output's last dim per work-item; layouts and ndim then describe the
     # outer dims (SCALAR or STRIDED) and every input also gets its last-dim stride
@@ -66,6 +69,8 @@ class PointwiseSpec(KernelSpec):
             raise ValueError("index_type is 'int' or 'long'")
         if self.vector_width > 1 and (STRIDED in self.layouts or self.program.indexes_last_dim):
             raise ValueError("the vector path needs contiguous or scalar inputs read at the element")
+        if self.whole_vectors and self.vector_width <= 1:
+            raise ValueError("whole vectors: on the vector path only")
         if self.row_length and (self.vector_width > 1 or set(self.layouts) - {SCALAR, STRIDED}):
             raise ValueError("the row schedule takes scalar or strided outer layouts, no vectors")
         if self.row_steps and (not self.row_length or len(self.row_steps) != self.program.n_inputs):
@@ -83,7 +88,7 @@ class PointwiseSpec(KernelSpec):
     def key_text(self) -> str:
         return (
             f"pointwise layouts={','.join(self.layouts)} ndim={self.ndim} index={self.index_type} "
-            f"items={self.items_per_thread} vector={self.vector_width}"
+            f"items={self.items_per_thread} vector={self.vector_width}{' whole' if self.whole_vectors else ''}"
             f"{f' rows={self.row_length}' if self.row_length else ''}"
             f"{f' steps={self.row_steps}' if self.row_steps else ''}"
             f"{f' chunks={self.row_chunks}' if self.row_chunks > 1 else ''}"
