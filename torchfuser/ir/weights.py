@@ -26,15 +26,22 @@ def version_of(t: torch.Tensor):
     return object() if t.is_inference() else t._version
 
 
+# Argument sets kept per transform: two instances of one model class share Dynamo's graph and so our plan, each
+# with its own weights; kept by one slot, calling them in turn re-made (and re-packed) every weight per call.
+KEPT_SETS = 8
+
+
 class WeightTransform:
-    """make(*args), kept while its tensor arguments are unchanged."""
+    """make(*args), kept while its tensor arguments are unchanged, for up to KEPT_SETS sets of arguments (the
+    least recently made is forgotten first; sets whose tensors have died are forgotten at the next make)."""
 
     weight_transform = True  # made once per version of its inputs: not an op of every call
 
     def __init__(self, name: str):
         self.__name__ = name
         self.__module__ = "torchfuser.weights"
-        self._made: tuple = ((), None)  # ((weak ref, address, version) per tensor argument, result)
+        # {ids of the tensor arguments: ((weak ref, address, version) per tensor argument, result)}
+        self._made: dict = {}
 
     def __repr__(self) -> str:
         return self.__name__
@@ -43,20 +50,32 @@ class WeightTransform:
         raise NotImplementedError
 
     def kept(self, args) -> torch.Tensor | None:
-        """The result made last time, if every tensor argument is still the same tensor, storage and version."""
+        """The result made for these arguments, if each is still the same tensor, storage and version."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        seen, result = self._made
-        if len(seen) == len(tensors) and all(ref() is t and address == t.data_ptr() and version == version_of(t)
-                                             for (ref, address, version), t in zip(seen, tensors)):
+        entry = self._made.get(tuple(map(id, tensors)))
+        if entry is None:
+            return None
+        seen, result = entry
+        if all(ref() is t and address == t.data_ptr() and version == version_of(t)
+               for (ref, address, version), t in zip(seen, tensors)):
             return result
         return None
+
+    def kept_results(self) -> list:
+        return [result for _, result in self._made.values()]
 
     def __call__(self, *args):
         result = self.kept(args)
         if result is None:
             result = self.make(*args)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            self._made = (tuple((weakref.ref(t), t.data_ptr(), version_of(t)) for t in tensors), result)
+            made = {key: entry for key, entry in self._made.items() if all(ref() is not None for ref, _, _ in entry[0])}
+            key = tuple(map(id, tensors))
+            made.pop(key, None)  # a new version of a kept set: the newest again
+            made[key] = (tuple((weakref.ref(t), t.data_ptr(), version_of(t)) for t in tensors), result)
+            while len(made) > KEPT_SETS:
+                del made[next(iter(made))]
+            self._made = made
         return result
 
 

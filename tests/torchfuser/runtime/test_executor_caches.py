@@ -110,6 +110,37 @@ def test_weights_modified_in_place_between_calls():
             model[2].bias.add_(1.0)
 
 
+def test_two_instances_of_one_model_called_in_turn_keep_their_own_transformed_weights(monkeypatch):
+    """Two instances of a class share Dynamo's graph and so one plan; each keeps its folded, re-laid-out and
+    packed weights, so calls in turn make none again (kept by one slot, each call re-made every weight)."""
+    from torchfuser.ir.weights import WeightTransform
+    from torchfuser.runtime import gemm_launch
+
+    def conv_bn_relu():
+        model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()).eval()
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        return model
+
+    torch.manual_seed(0)
+    models = [conv_bn_relu(), conv_bn_relu()]
+    compiled = [torch.compile(m, backend="torchfuser") for m in models]
+    x = torch.randn(2, 8, 9, 9)
+    made, packed = [], []
+    original_call, original_pack = WeightTransform.__call__, gemm_launch.pack_panels
+    monkeypatch.setattr(WeightTransform, "__call__", lambda t, *a: made.append(t) or original_call(t, *a))
+    monkeypatch.setattr(gemm_launch, "pack_panels", lambda b, n: packed.append(b) or original_pack(b, n))
+    with torch.no_grad(), torchfuser.collect_reports() as reports:
+        for f, m in zip(compiled, models):
+            torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        made.clear(), packed.clear()
+        for _ in range(3):
+            for f, m in zip(compiled, models):
+                torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+    assert len({id(r.plan) for r in reports}) == 1  # one plan: the case where the keeps are shared
+    assert made == [] and packed == []
+
+
 def test_steady_calls_find_packed_weights_without_making_their_views(monkeypatch):
     """A Linear's weight reaches its GEMM as a virtual transpose; the packed copy is found from the view's root
     and layout, so a steady call makes no view (a PyTorch call), and an in-place update is still seen."""
