@@ -75,13 +75,14 @@ class GemmVariant:
                    blocking.get("m", 0), blocking.get("n", 0))
 
 
-# the autotuner's CPU search spaces, per vector width: (tile_m, tile_n, k_block, row_blocks). A tile keeps
-# tile_m x tile_n / width accumulators in registers beside tile_n / width B vectors and A's broadcast: 8x32
-# is 16 float16 (half the AVX-512 registers), 4x16 and 4x24 are 8 and 12 float8 (of AVX2's 16). A 256-deep K
-# block of a 32-wide panel is 32 KiB, inside L1. The unblocked 8x32 k0 r1 (still a valid name) never won a
-# search and costs a ~1 s PoCL compile at its first launch.
+# the autotuner's CPU search spaces, per vector width: (tile_m, tile_n, k_block, row_blocks; k_block 0: K in one
+# block). A tile keeps tile_m x tile_n / width accumulators in registers beside tile_n / width B vectors and A's
+# broadcast: 8x32 is 16 float16 (half the AVX-512 registers), 4x16 and 4x24 are 8 and 12 float8 (of AVX2's 16).
+# AVX-512 takes K in one block first: a stack of row tiles then reads the panel from L2, and no partial sums
+# go through C; a 256-deep block of a 32-wide panel (32 KiB, inside L1) was 1-10 % slower on Zen 4 in every
+# GEMM and convolution measured (most at 64 rows over a large K: ResNet's last convolutions; the notes).
 PACKED_VARIANTS = {
-    16: ((8, 32, 256, 8), (8, 32, 128, 16), (8, 32, 192, 8), (8, 32, 256, 2), (4, 64, 128, 8), (8, 16, 256, 8)),
+    16: ((8, 32, 0, 8), (8, 32, 256, 8), (8, 32, 0, 2), (8, 32, 128, 16), (4, 64, 0, 8), (8, 16, 0, 8)),
     8: ((4, 16, 256, 16), (4, 24, 512, 8), (4, 24, 256, 16), (4, 16, 384, 8), (5, 16, 256, 8), (6, 16, 256, 8)),
 }
 
@@ -119,7 +120,7 @@ def rows_variant(n: int, width: int | None = None) -> GemmVariant:
 
 def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVariant:
     """The no-search choice: on CPUs the rows schedule for a plain mm of m <= ROWS_MAX_M rows (m None: a
-    bmm, or unknown), else the first packed variant of the device's vector width (8x32 K-blocked by 256 on
+    bmm, or unknown), else the first packed variant of the device's vector width (8x32 over K in one block on
     AVX-512; 16-wide panels for narrow outputs); tiled 64x64 blocks (32x32 for narrow outputs) elsewhere."""
     if device_type == "CPU":
         if m is not None and m <= ROWS_MAX_M:
