@@ -33,6 +33,16 @@ def test_a_kernel_launched_twice_has_its_body_once_and_parts_get_their_own_param
     assert "restrict" not in chain  # two parts' buffers may be one
 
 
+def test_a_chain_of_the_same_kernels_at_another_grid_parses_no_source_again():
+    """A symbolic plan records a tape, and so a chain, at each new length: the kernels' sources are the same."""
+    from torchfuser.codegen.opencl.claimed import body_form
+
+    chained_source([(SCALE, "scale", (7, 5)), (SHIFT, "shift", (40,))])
+    misses = body_form.cache_info().misses
+    name, source = chained_source([(SCALE, "scale", (7, 6)), (SHIFT, "shift", (41,))])
+    assert body_form.cache_info().misses == misses and "tf_g0 < 41" in source
+
+
 def test_no_chain_where_a_part_is_not_a_function_of_its_global_ids_or_helpers_differ():
     barrier = SHIFT.replace("const size_t i", "barrier(CLK_LOCAL_MEM_FENCE);\n  const size_t i")
     assert chained_source([(SCALE, "scale", (7, 5)), (barrier, "shift", (40,))]) is None

@@ -21,6 +21,7 @@ Before (a kernel of the grid):            After:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ class BodyForm:
     names: tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=256)  # a tape's chain is made from the same few kernels at every new length
 def body_form(source: str, name: str) -> BodyForm | None:
     """Kernel `name` of `source` with its body as a function of its global ids, or None where its work-items are
     not independent of one another or of the grid's shape (a built-in other than get_global_id(literal dim), a
