@@ -280,9 +280,11 @@ class Plan:
         self.calls += 1
         return output
 
-    def drop_tapes(self) -> None:
-        """Forget every tape (a Bound they launch is gone)."""
-        self._tapes.clear()
+    def drop_tapes_using(self, bound) -> None:
+        """Forget the tapes that launch `bound`'s kernels (it is gone, and another bound may take its kernels)."""
+        self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
+        if self._replayed is not None and bound in self._replayed.bounds:
+            self._replayed = None
 
     def _records_tape(self) -> bool:
         """Whether this steady call records a tape: while tapes replay, and now and then after several in a row

@@ -118,7 +118,7 @@ class KernelStep:
         oldest = self.bound.pop(key)
         if oldest is self.last:
             self.last = None
-        self.plan.drop_tapes()  # a tape may launch the oldest's kernels, which the new bound may take
+        self.plan.drop_tapes_using(oldest)  # they launch its kernels, which the new bound may take
         return oldest if call.planned and builts and oldest.builts is builts else None
 
 

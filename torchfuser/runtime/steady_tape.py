@@ -105,7 +105,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots")
+                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -338,6 +338,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     hosts = [(before, op) for before, _, op in sorted(hosts, key=lambda h: h[:2])]  # a launch's check after ops
     positions = {("in", j): [] for j in range(len(args))} | {("out", f): [] for f in range(len(fresh_tensors))}
     bounds = [bound for bound, *_ in recorder.launches]
+    tape.bounds = frozenset(bounds)  # whose kernels it launches (executor.Plan.drop_tapes_using)
     for bound, moving in zip(bounds, sources):
         for k, source in moving:
             positions[source].append((bound.kernels, k, bound))

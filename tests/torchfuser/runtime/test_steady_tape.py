@@ -214,6 +214,32 @@ def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
         assert plan.tape_calls >= 12  # each length's third call on
 
 
+def test_a_new_length_past_the_kept_bounds_drops_only_the_tapes_of_the_bound_it_evicts(monkeypatch):
+    """Past BOUNDS_KEPT lengths each new one evicts the oldest length's Bound: the tapes of other lengths stay
+    (dropping them all made a long-running generate loop replay nothing)."""
+    from torchfuser.runtime import kernel_step
+
+    monkeypatch.setattr(kernel_step, "BOUNDS_KEPT", 4)
+
+    def f(x):
+        return torch.softmax(x * 2, dim=-1) + 1
+
+    compiled = torch.compile(f, backend="torchfuser", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 3, 3, 5, 5, 5):  # two lengths with tapes
+            x = torch.randn(2, n)
+            torch.testing.assert_close(compiled(x), f(x), **TOL)
+        plan = torchfuser.last_report().plan
+        for n in (6, 7, 8):  # new lengths: the third evicts length 3's Bounds (and tape), not length 5's
+            x = torch.randn(2, n)
+            torch.testing.assert_close(compiled(x), f(x), **TOL)
+        replayed = plan.tape_calls
+        x = torch.randn(2, 5)
+        torch.testing.assert_close(compiled(x), f(x), **TOL)
+    if zero_copy():
+        assert plan.tape_calls == replayed + 1
+
+
 def test_a_plan_with_symbols_chains_the_launches_whose_grids_are_the_same_at_every_length():
     """Two small kernels on static tensors run as one chained launch in every length's tape; the KV-cache-like
     cat and the reduction after it, whose grids follow the length, keep launches of their own."""
