@@ -33,6 +33,9 @@ from torchfuser.runtime.tuning_db import DB_VERSION, TuningDatabase  # noqa: F40
 
 REPEATS = 7  # interleaved timing rounds per search
 EXTERN_MARGIN = 1.1  # the host BLAS wins only when 10 % faster than every template variant (see _winner)
+# another variant replaces the heuristic's choice only when this much faster: medians of a few rounds on a shared
+# machine differ by more than the variants do (a search picked 8x16 panels for 512x768x3072, 7 % slower)
+PRIOR_MARGIN = 1.03
 PROGRESS_AFTER_SECONDS = 1.0
 # Below this (about 1 ms a call here) the heuristic choice: a search costs ~1 s of PoCL compile per candidate
 # at its first launch, and the best variant is rarely more than 10 % ahead, so it pays off only after
@@ -170,7 +173,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
             if name == "extern":
                 time.sleep(SETTLE_SECONDS)
     times = {name: statistics.median(values) for name, values in samples.items()}
-    winner = _winner(times)
+    winner = _winner(times, _heuristic_name(runtime.device, inputs))
     elapsed = time.perf_counter() - started
     if elapsed > PROGRESS_AFTER_SECONDS:  # long searches say what they did (a live bar on terminals)
         print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
@@ -188,11 +191,21 @@ def _evict_caches() -> None:
     _scratch[0].fill(0.0)
 
 
-def _winner(times: dict) -> str:
-    """The fastest, except that the host BLAS must beat the best template variant by EXTERN_MARGIN: it costs
+def _heuristic_name(device, inputs) -> str | None:
+    """The no-search choice for these inputs, where the search space has one (a test may empty it)."""
+    try:
+        return default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs)).name
+    except IndexError:
+        return None
+
+
+def _winner(times: dict, prior: str | None = None) -> str:
+    """The fastest, except that the host BLAS must beat the best template variant by EXTERN_MARGIN (it costs
     more than its own time, a wait for pending kernels before it and OpenMP threads that keep spinning after
-    it and slow the kernels that follow (an attention kernel ran 2.9 ms alone, 6.4 ms right after MKL)."""
-    handicapped = {name: t * (EXTERN_MARGIN if name == "extern" else 1.0) for name, t in times.items()}
+    it and slow the kernels that follow: an attention kernel ran 2.9 ms alone, 6.4 ms right after MKL), and any
+    variant the heuristic's choice `prior` by PRIOR_MARGIN."""
+    handicapped = {name: t * (EXTERN_MARGIN if name == "extern" else 1.0) / (PRIOR_MARGIN if name == prior else 1.0)
+                   for name, t in times.items()}
     return min(handicapped, key=handicapped.get)
 
 

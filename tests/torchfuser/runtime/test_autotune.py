@@ -191,6 +191,14 @@ def test_the_host_blas_must_win_by_a_margin():
     assert autotune._winner(clear) == "extern"
 
 
+def test_another_variant_replaces_the_heuristic_choice_only_by_a_margin():
+    close = {"packed 8x32 k0 r8": 1.0, "packed 8x16 k0 r8": 1.0 / autotune.PRIOR_MARGIN * 1.01}
+    assert autotune._winner(close, prior="packed 8x32 k0 r8") == "packed 8x32 k0 r8"
+    assert autotune._winner(close) == "packed 8x16 k0 r8"
+    clear = {"packed 8x32 k0 r8": 1.0, "packed 8x16 k0 r8": 1.0 / autotune.PRIOR_MARGIN * 0.99}
+    assert autotune._winner(clear, prior="packed 8x32 k0 r8") == "packed 8x16 k0 r8"
+
+
 @pytest.mark.parametrize("rows, cold", [(64, True), (300, False)])
 def test_few_rows_over_a_large_weight_are_timed_with_the_weight_evicted(tuning, monkeypatch, rows, cold):
     """Such a GEMM streams its weight, which a model reads from memory: every timed call finds it evicted."""
