@@ -121,11 +121,15 @@ def rows_variant(n: int, width: int | None = None) -> GemmVariant:
 def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVariant:
     """The no-search choice: on CPUs the rows schedule for a plain mm of m <= ROWS_MAX_M rows (m None: a
     bmm, or unknown), else the first packed variant of the device's vector width (8x32 over K in one block on
-    AVX-512; 16-wide panels for narrow outputs); tiled 64x64 blocks (32x32 for narrow outputs) elsewhere."""
+    AVX-512; 4x64 tiles for 33-64 columns, 16-wide panels for at most 16); tiled 64x64 blocks (32x32 for narrow
+    outputs) elsewhere."""
     if device_type == "CPU":
         if m is not None and m <= ROWS_MAX_M:
             return rows_variant(n)
-        tile_m, tile_n, k_block, row_blocks = PACKED_VARIANTS[panel_vector_width()][0]
+        width = panel_vector_width()
+        tile_m, tile_n, k_block, row_blocks = PACKED_VARIANTS[width][0]
+        if width == 16 and 32 < n <= 64:  # one 4x64 panel for all of N: each row of A read once, not per panel
+            tile_m, tile_n = 4, 64
         return GemmVariant("packed", tile_m, _narrow(tile_n, n), k_block, row_blocks)
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 

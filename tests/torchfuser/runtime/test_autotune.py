@@ -209,3 +209,24 @@ def test_few_rows_over_a_large_weight_are_timed_with_the_weight_evicted(tuning, 
     kernel = compile_and_check(m, torch.randn(rows, 512) / 16)
     timed = len(kernel["tuning"]["candidates"]) * autotune.REPEATS
     assert len(evictions) == (timed if cold else 0)
+
+
+@pytest.mark.parametrize("n, tile", [(16, "8x16"), (32, "8x32"), (33, "4x64"), (64, "4x64"), (65, "8x32")])
+def test_the_heuristic_covers_up_to_64_columns_with_one_panel(monkeypatch, n, tile):
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)
+    assert gemm_launch.default_variant("CPU", n, m=None).name == f"packed {tile} k0 r8"
+
+
+@pytest.mark.parametrize("n", [40, 64])
+def test_one_panel_heuristic_matches_eager_for_a_linear_and_a_convolution(monkeypatch, n):
+    monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "0")
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Linear(37, n), nn.ReLU()).eval()
+    kernel = compile_and_check(linear, torch.randn(45, 37))
+    assert kernel["tuning"]["winner"].startswith("packed 4x64")
+    conv = nn.Sequential(nn.Conv2d(5, n, 3, padding=1), nn.ReLU()).eval()
+    x = torch.randn(2, 5, 9, 11)
+    with torch.no_grad():
+        assert_close(torchfuser.compile(conv)(x), conv(x), atol=1e-4, rtol=1e-4)
+    assert any((k.tuning or {}).get("winner", "").startswith("packed 4x64") for k in torchfuser.last_report().kernels)
