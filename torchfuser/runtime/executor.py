@@ -282,7 +282,8 @@ class Plan:
 
     def drop_tapes_using(self, bound) -> None:
         """Forget the tapes that launch `bound`'s kernels (it is gone, and another bound may take its kernels)."""
-        self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
+        if any(bound in tape.bounds for tape in self._tapes.values()):  # (a new length per call: mostly none)
+            self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
         if self._replayed is not None and bound in self._replayed.bounds:
             self._replayed = None
 
