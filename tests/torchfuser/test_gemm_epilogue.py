@@ -374,7 +374,7 @@ def test_every_packed_variant_over_k_blocks_ragged_tiles_and_a_residual(width, v
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
     monkeypatch.setattr(autotune, "candidate_variants",
-                        lambda device, m=None, window=False, produced=False: [gemm_launch.GemmVariant("packed", *variant)])
+                        lambda device, *_, **__: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
 
     def fn(a, w, bias, residual):
@@ -401,7 +401,7 @@ def test_every_tiled_variant_over_ragged_blocks_transposed_weights_and_a_residua
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None, window=False, produced=False: [gemm_launch.tiled_variant(*variant)])
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, *_, **__: [gemm_launch.tiled_variant(*variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
 
     def fn(a, w, bias, residual):
@@ -424,7 +424,8 @@ def test_an_empty_k_gives_the_epilogue_of_zero(variant, monkeypatch, tmp_path):
 
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device, m=None, window=False, produced=False: [gemm_launch.GemmVariant("packed", *variant)])
+    monkeypatch.setattr(autotune, "candidate_variants",
+                        lambda device, *_, **__: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     fn = lambda a, w, b: torch.sigmoid(a @ w + b)  # noqa: E731
     a, w, b = torch.randn(gemm_launch.ROWS_MAX_M + 9, 0), torch.randn(0, 40), torch.randn(40)  # M: not "rows"

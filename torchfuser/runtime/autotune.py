@@ -125,7 +125,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     expected = kernel.reference(*inputs)
     # small plain mms: also the rows schedule; a convolution's patches: the packed schedule alone
     candidates = candidate_variants(runtime.device, mm_rows(inputs), kernel.window is not None,
-                                    kernel.producer is not None)
+                                    kernel.producer is not None, n=inputs[1].shape[-1])
     state = gemm_state(kernel)
     ready, rejected = {}, {}
     started = time.perf_counter()

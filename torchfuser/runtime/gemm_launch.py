@@ -82,7 +82,7 @@ class GemmVariant:
 # go through C; a 256-deep block of a 32-wide panel (32 KiB, inside L1) was 1-10 % slower on Zen 4 in every
 # GEMM and convolution measured (most at 64 rows over a large K: ResNet's last convolutions; the notes).
 PACKED_VARIANTS = {
-    16: ((8, 32, 0, 8), (8, 32, 256, 8), (8, 32, 0, 2), (8, 32, 128, 16), (4, 64, 0, 8), (8, 16, 0, 8)),
+    16: ((8, 32, 0, 8), (8, 32, 256, 8), (8, 32, 0, 2), (8, 32, 128, 16), (4, 64, 0, 8)),
     8: ((4, 16, 256, 16), (4, 24, 512, 8), (4, 24, 256, 16), (4, 16, 384, 8), (5, 16, 256, 8), (6, 16, 256, 8)),
 }
 
@@ -134,17 +134,21 @@ def default_variant(device_type: str, n: int, m: int | None = None) -> GemmVaria
     return tiled_variant(*(TILED_WIDE if n > 32 else TILED_NARROW))
 
 
-def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False
-                       ) -> list[GemmVariant]:
+def candidate_variants(device, m: int | None = None, window: bool = False, produced: bool = False,
+                       n: int | None = None) -> list[GemmVariant]:
     """The search space on this device; m: the rows of a plain mm (None: a bmm), which may add the rows
     schedule; window: a convolution's implicit patches (the packed schedule only); produced: A made by a window
-    kernel (the packed schedule only)."""
+    kernel (the packed schedule only); n: the output's columns (None: unknown), at most 16 of which take 16-wide
+    panels, as the heuristic's choice does. Wider outputs get no panel narrower than 32: its broadcast of A feeds
+    one FMA, not two (8x16 tiles won searches by noise and lost in plans: ResNet's 64x4608x512, the notes)."""
     if device.type_name != "CPU":
         return [tiled_variant(*v) for v in TILED_VARIANTS] + [STRIDED_VARIANT]
     width = panel_vector_width()
-    found = [GemmVariant("packed", *v) for v in PACKED_VARIANTS[width]]
+    packed = (GemmVariant("packed", tm, tn if n is None else _narrow(tn, n), k, r)
+              for tm, tn, k, r in PACKED_VARIANTS[width])
+    found = list({v.name: v for v in packed}.values())
     if m is not None and m <= ROWS_MAX_M and not window:
-        found.append(rows_variant(n=32, width=width))  # on the panels of the first packed variant
+        found.append(rows_variant(n=32 if n is None else n, width=width))  # on the first packed variant's panels
     # the host's own: BLAS for an mm, PyTorch's convolution for a convolution's patches (a producer has none)
     return found + ([GemmVariant("extern")] if device.zero_copy and not produced else [])
 

@@ -59,7 +59,7 @@ def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, vari
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")
     monkeypatch.setenv("TORCHFUSER_CACHE_DIR", str(tmp_path))  # a tuning database of its own
     monkeypatch.setattr(autotune, "candidate_variants",
-                        lambda device, m=None, window=False, produced=False: [gemm_launch.GemmVariant("packed", *variant)])
+                        lambda device, *_, **__: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     conv = nn.Sequential(nn.Conv2d(37, 45, 3, stride=2, padding=1), nn.ReLU()).eval()
     x = torch.randn(3, 37, 13, 10)

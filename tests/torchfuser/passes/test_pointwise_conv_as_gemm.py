@@ -164,7 +164,7 @@ def test_a_tuned_gemm_with_a_relu6_epilogue(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHFUSER_AUTOTUNE", "1")  # the suite runs with the search off
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
     monkeypatch.setattr(autotune, "REPEATS", 1)
-    monkeypatch.setattr(autotune, "candidate_variants", lambda device, *_: [
+    monkeypatch.setattr(autotune, "candidate_variants", lambda device, *_, **__: [
         gemm_launch.default_variant(device.type_name, 16, None)])  # one variant: the check, not the timing
     model = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU6()).eval()
     x = torch.randn(2, 8, 5, 6) * 4

@@ -230,3 +230,15 @@ def test_one_panel_heuristic_matches_eager_for_a_linear_and_a_convolution(monkey
     with torch.no_grad():
         assert_close(torchfuser.compile(conv)(x), conv(x), atol=1e-4, rtol=1e-4)
     assert any((k.tuning or {}).get("winner", "").startswith("packed 4x64") for k in torchfuser.last_report().kernels)
+
+
+def test_the_search_space_narrows_its_panels_for_narrow_outputs_only(monkeypatch):
+    class Cpu:
+        type_name, zero_copy = "CPU", True
+
+    monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: 16)
+    narrow = [v for v in gemm_launch.candidate_variants(Cpu(), 64, n=10) if v.schedule == "packed"]
+    assert {v.tile_n for v in narrow} == {16} and len({v.name for v in narrow}) == len(narrow)
+    assert gemm_launch.default_variant("CPU", 10, 64).name in {v.name for v in narrow}  # the prior is a candidate
+    wide = [v for v in gemm_launch.candidate_variants(Cpu(), 64, n=512) if v.schedule == "packed"]
+    assert min(v.tile_n for v in wide) == 32 and gemm_launch.default_variant("CPU", 512, 64) in wide
