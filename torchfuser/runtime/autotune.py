@@ -5,8 +5,9 @@ memory devices also the host BLAS + OpenCL epilogue) on random inputs with the g
 against the PyTorch reference, and keeps the fastest that is right. A tiled (GPU) variant whose work-group
 or local memory exceeds the device's limits is rejected with the reason, not run. Choices live in
 $TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
-warning. The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up), "max" (every GEMM: mode="max-autotune")
-or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option): the heuristic choice, no search.
+warning. The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up that do not stream a weight: see
+COLD_B_ROWS), "max" (every GEMM: mode="max-autotune") or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option):
+the heuristic choice, no search.
 """
 
 from __future__ import annotations
@@ -44,8 +45,14 @@ SEARCH_MIN_FLOPS = 2.5e8
 # A GEMM of at most COLD_B_ROWS rows over a B of at least COLD_B_BYTES streams B (a weight, read once per model
 # call and from memory when the model's weights outgrow the caches): each timed call finds B evicted. Timed
 # warm, variants that pass over B several times (more, smaller row stacks) win, and lose in the model (ResNet's
-# last convolutions, 64x512x4608: the notes).
+# last convolutions, 64x512x4608: the notes). Timed cold, 8x16 and 4x64 tiles won, and lost in the model to the
+# heuristic's one pass over B (1.49-1.64 ms against 1.38-1.46): the default search leaves these to the heuristic.
 COLD_B_ROWS, COLD_B_BYTES, EVICT_BYTES = 128, 1 << 20, 64 << 20
+
+
+def streams_b(m: int, b) -> bool:
+    """Whether a GEMM of m rows over b streams b (see COLD_B_ROWS)."""
+    return m <= COLD_B_ROWS and b.numel() * b.element_size() >= COLD_B_BYTES
 
 
 SEARCHES = ("off", "default", "max")  # no search; GEMMs of SEARCH_MIN_FLOPS and up; every GEMM
@@ -88,7 +95,8 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, si
     record = None
     # the default search reads the database only where it would search itself: a max-autotune run's choices
     # for small GEMMs, timed in isolation, can be far slower inside a plan than the heuristic (ResNet-18)
-    if search == "max" or search == "default" and flops >= SEARCH_MIN_FLOPS:
+    streams = streams_b(m, inputs[1])
+    if search == "max" or search == "default" and flops >= SEARCH_MIN_FLOPS and not streams:
         database, key = TuningDatabase(), tuning_key(kernel, inputs)
         record = database.get(device.identity, key)
         if record is not None:
@@ -100,8 +108,9 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, si
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
-        why = ("autotuning is off" if search == "off" else "sizes vary between calls: not tuned at one example"
-               if sizes_vary and flops >= SEARCH_MIN_FLOPS else f"{flops:.0f} FLOP: too small to tune")
+        why = ("autotuning is off" if search == "off" else f"{flops:.0f} FLOP: too small to tune"
+               if flops < SEARCH_MIN_FLOPS else "few rows over a large weight: timed alone, no call is as in a model"
+               if streams else "sizes vary between calls: not tuned at one example")
         variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
         variant, misfit_note = gemm_launch.fitted(variant, state.limits)
         record = {"winner": variant.name, "candidates": {},
@@ -161,7 +170,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     samples = {name: [] for name in ready}
     names = list(ready)
     b = inputs[1]
-    cold = m <= COLD_B_ROWS and b.numel() * b.element_size() >= COLD_B_BYTES
+    cold = streams_b(m, b)
     for round_ in range(REPEATS):
         progress(f"timing round {round_ + 1}/{REPEATS}")
         # rotate the order, so that no candidate always runs right after the host BLAS (whose OpenMP threads

@@ -201,14 +201,20 @@ def test_another_variant_replaces_the_heuristic_choice_only_by_a_margin():
 
 @pytest.mark.parametrize("rows, cold", [(64, True), (300, False)])
 def test_few_rows_over_a_large_weight_are_timed_with_the_weight_evicted(tuning, monkeypatch, rows, cold):
-    """Such a GEMM streams its weight, which a model reads from memory: every timed call finds it evicted."""
+    """Such a GEMM streams its weight, which a model reads from memory: every call the max search times finds it
+    evicted, and the default search leaves it to the heuristic (no isolated call is timed as the model runs it)."""
     evictions = []
     monkeypatch.setattr(autotune, "_evict_caches", lambda: evictions.append(1))
     torch.manual_seed(0)
     m = nn.Linear(512, 640, bias=False).eval()  # B: 1.25 MiB
-    kernel = compile_and_check(m, torch.randn(rows, 512) / 16)
+    x = torch.randn(rows, 512) / 16
+    with torch.no_grad():
+        assert_close(torchfuser.compile(m, mode="max-autotune")(x), m(x), atol=1e-4)
+    (kernel,) = torchfuser.last_report().to_dict()["kernels"]
     timed = len(kernel["tuning"]["candidates"]) * autotune.REPEATS
-    assert len(evictions) == (timed if cold else 0)
+    assert timed and len(evictions) == (timed if cold else 0)
+    source = compile_and_check(m, x)["tuning"]["source"]
+    assert source == "tuning database" if not cold else source.startswith("heuristic (few rows over a large weight")
 
 
 @pytest.mark.parametrize("n, tile", [(16, "8x16"), (32, "8x32"), (33, "4x64"), (64, "4x64"), (65, "8x32")])
