@@ -62,6 +62,7 @@ class WeightTransform:
         return None
 
     def kept_results(self) -> list:
+        """The results kept now, one per argument set."""
         return [result for _, result in self._made.values()]
 
     def __call__(self, *args):
@@ -69,7 +70,8 @@ class WeightTransform:
         if result is None:
             result = self.make(*args)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            made = {key: entry for key, entry in self._made.items() if all(ref() is not None for ref, _, _ in entry[0])}
+            made = {key: entry for key, entry in self._made.items()
+                    if all(ref() is not None for ref, _, _ in entry[0])}
             key = tuple(map(id, tensors))
             made.pop(key, None)  # a new version of a kept set: the newest again
             made[key] = (tuple((weakref.ref(t), t.data_ptr(), version_of(t)) for t in tensors), result)
