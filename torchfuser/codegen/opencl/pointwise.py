@@ -11,8 +11,7 @@ embedding's table) adds its clamped row, the value its index input loaded, times
 Vector path (all inputs contiguous, scalar or broadcast in runs of whole vectors; one floating type): each
 work-item loads, computes and stores one OpenCL vector (program_c.vector_load: element alignment suffices); the
 last, partial vector (where n is not a multiple of the width) loads lane by lane and stores only the lanes
-before the end. PoCL does not vectorise the
-transcendental ops of the scalar path: this is several times faster.
+before the end. PoCL does not vectorise the transcendental ops of the scalar path: this is several times faster.
 """
 
 from __future__ import annotations
