@@ -78,11 +78,11 @@ class GemmVariant:
 # the autotuner's CPU search spaces, per vector width: (tile_m, tile_n, k_block, row_blocks; k_block 0: K in one
 # block). A tile keeps tile_m x tile_n / width accumulators in registers beside tile_n / width B vectors and A's
 # broadcast: 8x32 is 16 float16 (half the AVX-512 registers), 4x16 and 4x24 are 8 and 12 float8 (of AVX2's 16).
-# AVX-512 takes K in one block first: a stack of row tiles then reads the panel from L2, and no partial sums
-# go through C; a 256-deep block of a 32-wide panel (32 KiB, inside L1) was slower on Zen 4 in every GEMM and
-# convolution measured (most at 64 rows over a large K: ResNet's last convolutions; the notes).
+# AVX-512 takes K in one block: a stack of row tiles then reads the panel from L2, and no partial sums go
+# through C; 128- and 256-deep blocks (a slice of the panel inside L1) were slower on Zen 4 inside every plan
+# measured, though timed alone the search still picked them (ViT's patch embedding, 784x768x768: the notes).
 PACKED_VARIANTS = {
-    16: ((8, 32, 0, 8), (8, 32, 256, 8), (8, 32, 0, 2), (8, 32, 128, 16), (4, 64, 0, 8)),
+    16: ((8, 32, 0, 8), (8, 32, 0, 2), (4, 64, 0, 8)),
     8: ((4, 16, 256, 16), (4, 24, 512, 8), (4, 24, 256, 16), (4, 16, 384, 8), (5, 16, 256, 8), (6, 16, 256, 8)),
 }
 
