@@ -85,7 +85,8 @@ def _program(n_inputs: int):
     return builder.build([value])
 
 
-@pytest.mark.parametrize("variant", ["default", "rows 8x32", "strided 4x8", "extern", "packed 4x64 k128 r8"])
+@pytest.mark.parametrize("variant", ["default", "rows 8x32", "strided 4x8", "extern", "packed 4x64 k128 r8",
+                                     "packed 6x16 k256 r8"])  # 6 rows: no vector of 6 pixels (AVX2's 6x16)
 @pytest.mark.parametrize("spatial, images, n", [((5, 7), 2, 70), ((4, 8), 3, 32), ((13,), 1, 20)])
 def test_every_schedule_stores_channels_first(variant, spatial, images, n, monkeypatch):
     """The node on its own, against its reference and PyTorch: tiles across image boundaries and past M, a

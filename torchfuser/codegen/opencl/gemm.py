@@ -84,6 +84,9 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     return spec.tile_n // spec.vector_width, vector_epilogue, params
 
 
+COLUMN_VECTORS = (2, 4, 8, 16)  # tile rows the channels-first finish stores as one vector of pixels (OpenCL's widths)
+
+
 def packed_gemm_source(spec: GemmSpec) -> str:
     """Each work-item owns row_blocks tiles of tile_m x tile_n, stacked along M, over one B panel. K runs in
     blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
@@ -154,11 +157,11 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
-    if spec.out_images and vector_epilogue and tm in (2, 4, 8, 16):
+    if spec.out_images and vector_epilogue and tm in COLUMN_VECTORS:
         finish = f"{_finish_columns(spec, acc)} else {{\n      {finish}\n      }}"
     whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
     k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
-    columns = (tm,) if spec.out_images else ()  # the channels-first finish's vectors of pixels
+    columns = (tm,) if spec.out_images and tm in COLUMN_VECTORS else ()  # the channels-first finish's pixel vectors
     helpers = (helpers_for([spec.epilogue], w if vector_epilogue else 1, *columns) if producer is None else
                helpers_for([spec.epilogue, producer.epilogue], w if vector_epilogue else 1, producer.vector_width,
                            *columns))
