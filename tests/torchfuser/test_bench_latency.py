@@ -6,9 +6,11 @@ import torch
 
 import torchfuser.tools.bench.peers as peers
 from torchfuser.bench import main
+from torchfuser.runtime.timing import Timings
 from torchfuser.tools.bench.blocks import hf_available
 from torchfuser.tools.bench.bounds import copy_bandwidth, fma_ceiling, format_ceilings
-from torchfuser.tools.bench.peers import SLOWER, best_peer, peer_candidates, slower_flag, times_columns
+from torchfuser.tools.bench.peers import (SLOWER, best_peer, best_spread, peer_candidates, slower_flag,
+                                           times_columns)
 from torchfuser.tools.bench.latency import GEMV_TARGET, decode_row, format_latency, gemv_row, small_row
 
 TINY = {"width": 64, "heads": 2, "kv_heads": 1, "intermediate": 128}
@@ -58,13 +60,13 @@ def test_latency_table_flags_slower_rows_and_a_gemv_below_target():
     rows = [_row("fast", "decode", fast), _row("slow", "small", slow), _row("gemv ok", "gemv", fast, 4.9e6),
             _row("gemv slow", "gemv", fast, 4.7e6)]
     lines = format_latency(rows, copy_bandwidth=40e9).splitlines()  # 4 MB at 40 GB/s: bound 100 us
-    assert lines[2].split()[1:7] == ["300.0", "250.0", "200.0", "150.0", "2.00", "1.33"] and SLOWER not in lines[2]
-    assert lines[2].split()[9:13] == ["4.00", "100.0", "26.7", "67%"]
+    assert lines[2].split()[1:8] == ["300.0", "250.0", "200.0", "150.0", "2.00", "1.33", "-"] and SLOWER not in lines[2]
+    assert lines[2].split()[10:14] == ["4.00", "100.0", "26.7", "67%"]
     assert lines[2].split()[-3:] == ["nan", "nan", "nan"]  # not timed alone here
     assert lines[3].rstrip().endswith(f"{SLOWER} eager") and lines[3].split()[5:7] == ["0.17", "0.17"]
     # the GEMV target (80 % of the copy bandwidth) is judged on gemv rows only: 4.9 MB in 150 us is 82 %, 4.7 MB 78 %
-    assert "target" not in lines[2] and "target" not in lines[4] and lines[4].split()[13] == "82%"
-    assert lines[5].split()[13] == "78%" and lines[5].endswith(f"<< below the {GEMV_TARGET:.0%} target")
+    assert "target" not in lines[2] and "target" not in lines[4] and lines[4].split()[14] == "82%"
+    assert lines[5].split()[14] == "78%" and lines[5].endswith(f"<< below the {GEMV_TARGET:.0%} target")
 
 
 def test_best_peer_and_flag():
@@ -72,7 +74,19 @@ def test_best_peer_and_flag():
     assert best_peer(m) == ("inductor", 2.0) and slower_flag(m) == f"  {SLOWER} inductor"
     assert slower_flag({**m, "torchfuser": 2.0}) == ""
     assert best_peer({"eager": 1.0, "torchfuser": 2.0}) == ("eager", 1.0)  # inductor skipped
-    assert times_columns({"eager": 1e-3, "torchfuser": 5e-4}).split() == ["1.000", "nan", "nan", "0.500", "2.00", "2.00"]
+    assert times_columns({"eager": 1e-3, "torchfuser": 5e-4}).split() == ["1.000", "nan", "nan", "0.500", "2.00", "2.00",
+                                                                          "-"]  # no rounds known: no spread
+
+
+def test_rounds_column_is_the_quartiles_of_each_rounds_ratio_to_the_best_peer():
+    """Each round's best-peer block over torchfuser's block of the same round, not a ratio of medians."""
+    medians = Timings({"eager": 3.0, "inductor": 2.0, "torchfuser": 2.0})
+    medians.samples = {"eager": [3.0] * 5, "inductor": [1.6, 2.0, 2.0, 2.4, 2.2],
+                       "torchfuser": [2.0, 2.0, 1.6, 2.0, 2.2]}  # ratios 0.8, 1.0, 1.25, 1.2, 1.0
+    assert best_spread(medians) == pytest.approx((1.0, 1.2))
+    assert times_columns(medians).split()[-1] == "1.00-1.20"
+    medians.samples["torchfuser"] = medians.samples["torchfuser"][:4]  # rounds that do not pair up: no spread
+    assert best_spread(medians) is None
 
 
 def test_freezing_peer_is_compiled_with_freezing_and_apart_from_plain_inductor(monkeypatch):

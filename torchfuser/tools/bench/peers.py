@@ -10,6 +10,8 @@ torchfuser is slower than the best peer is flagged: we treat that as a bug to fi
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from torchfuser.runtime.timing import interleaved_medians
@@ -50,6 +52,21 @@ def best_peer(medians: dict) -> tuple[str, float]:
     return min(((name, medians[name]) for name in PEERS if medians.get(name)), key=lambda item: item[1])
 
 
+def best_spread(medians: dict) -> tuple[float, float] | None:
+    """The quartiles (lower, upper) of the per-round ratios best peer / torchfuser: each round times one block of
+    every candidate, so a round's ratio shares that round's machine noise. None where the rounds' samples are
+    not known (medians that are not runtime.timing.Timings)."""
+    samples = getattr(medians, "samples", None) or {}
+    peer, ours = samples.get(best_peer(medians)[0]), samples.get("torchfuser")
+    if not peer or not ours or len(peer) != len(ours):
+        return None
+    ratios = [p / o for p, o in zip(peer, ours)]
+    if len(ratios) == 1:
+        return ratios[0], ratios[0]
+    lower, _, upper = statistics.quantiles(ratios, n=4, method="inclusive")
+    return lower, upper
+
+
 def slower_flag(medians: dict) -> str:
     """'<< SLOWER than <peer>' where torchfuser's median is above the best peer's, else ''."""
     name, seconds = best_peer(medians)
@@ -61,19 +78,23 @@ _UNITS = {"ms": 1e3, "us": 1e6}
 
 def times_head(unit: str = "ms") -> str:
     return (f"{'eager ' + unit:>10}{'inductor':>10}{'ind+frz':>10}{'torchfuser':>12}"
-            f"{'x eager':>9}{'x best':>8}")
+            f"{'x eager':>9}{'x best':>8}{'rounds':>11}")
 
 
 def times_columns(medians: dict, unit: str = "ms") -> str:
-    """The times_head columns: medians in `unit` and torchfuser's ratios (peer time / torchfuser time, higher
-    is better; nan where inductor was skipped)."""
+    """The times_head columns: medians in `unit`, torchfuser's ratios (peer time / torchfuser time, higher is
+    better; nan where inductor was skipped) and the middle half of the per-round ratios to the best peer."""
     scale, nan = _UNITS[unit], float("nan")
     digits = 3 if unit == "ms" else 1
     fused = medians["torchfuser"]
     cells = "".join(f"{(medians.get(name) or nan) * scale:>{w}.{digits}f}"
                     for name, w in (("eager", 10), ("inductor", 10), ("inductor+freezing", 10), ("torchfuser", 12)))
-    return cells + f"{medians['eager'] / fused:>9.2f}{best_peer(medians)[1] / fused:>8.2f}"
+    spread = best_spread(medians)
+    rounds = "-" if spread is None else f"{spread[0]:.2f}-{spread[1]:.2f}"
+    return cells + f"{medians['eager'] / fused:>9.2f}{best_peer(medians)[1] / fused:>8.2f}{rounds:>11}"
 
 
 TIMES_NOTE = ("'x eager', 'x best': eager's / the best peer's time over torchfuser's (higher is better; best of eager, "
-              "inductor, inductor+freezing);\n'" + SLOWER + " ...': torchfuser is slower than the best peer (a bug to fix).")
+              "inductor, inductor+freezing);\n'rounds': the middle half (quartiles) of the rounds' own best peer / "
+              "torchfuser ratios: where it spans 1.00, rounds disagree on which is faster;\n'" + SLOWER +
+              " ...': torchfuser is slower than the best peer (a bug to fix).")
