@@ -36,7 +36,7 @@ def test_gemm_table_flags_rows_slower_than_the_best_peer():
             for name, m in (("fast", _medians(0.02, 0.02, 0.015, 0.01)), ("slow", _medians(0.02, 0.02, 0.01, 0.015)))]
     lines = format_gemm(rows, ceiling=400e9).splitlines()
     fast, slow = lines[3], lines[4]
-    assert SLOWER not in fast and fast.split()[1:8] == ["100", "100", "133", "200", "2.00", "1.50", "50%"]
+    assert SLOWER not in fast and fast.split()[1:9] == ["100", "100", "133", "200", "2.00", "1.50", "-", "50%"]
     assert slow.rstrip().endswith(f"{SLOWER} inductor+freezing") and slow.split()[5:7] == ["1.33", "0.67"]
 
 

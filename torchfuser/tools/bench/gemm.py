@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torchfuser
 from torchfuser.tools.bench.bounds import fma_ceiling  # noqa: F401  (the GEMM section's ceiling; kept importable here)
-from torchfuser.tools.bench.peers import PEERS, against_peers, slower_flag, times_columns, times_head
+from torchfuser.tools.bench.peers import PEERS, against_peers, rounds_cell, slower_flag, times_columns, times_head
 
 # (M, K, N): C[M, N] = A[M, K] @ W[N, K]^T, as a Linear computes it
 GEMM_SHAPES = {"1024^3": (1024, 1024, 1024), "512x768x3072": (512, 768, 3072),
@@ -83,7 +83,7 @@ def mlp_row(repeats: int, inductor: bool) -> dict:
 
 def format_gemm(rows, ceiling) -> str:
     head = (f"{'GEMM (M x K x N)':<16}{'eager':>8}{'inductor':>10}{'ind+frz':>9}{'torchfuser':>12}{'x eager':>9}"
-            f"{'x best':>8}{'% of FMA':>10}  variant")
+            f"{'x best':>8}{'rounds':>11}{'% of FMA':>10}  variant")
     lines = ["GFLOP/s, steady state (back-to-back calls); eager = F.linear (torch.mm)", head, "-" * len(head)]
     nan = float("nan")
     for r in rows:
@@ -92,8 +92,8 @@ def format_gemm(rows, ceiling) -> str:
         best = max(speeds[p] for p in PEERS if p in speeds)
         lines.append(f"{r['name']:<16}{speeds['eager'] / 1e9:>8.0f}{speeds.get('inductor', nan) / 1e9:>10.0f}"
                      f"{speeds.get('inductor+freezing', nan) / 1e9:>9.0f}{fused / 1e9:>12.0f}"
-                     f"{fused / speeds['eager']:>9.2f}{fused / best:>8.2f}{share}  {r['variant']}"
-                     f"{slower_flag(r['medians'])}")
+                     f"{fused / speeds['eager']:>9.2f}{fused / best:>8.2f}{rounds_cell(r['medians'])}{share}"
+                     f"  {r['variant']}{slower_flag(r['medians'])}")
     if ceiling:
         lines.append(f"'% of FMA': torchfuser's GFLOP/s over the FMA ceiling measured in this run ({ceiling / 1e9:.0f} "
                      "GFLOP/s)")

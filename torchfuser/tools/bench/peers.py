@@ -89,9 +89,13 @@ def times_columns(medians: dict, unit: str = "ms") -> str:
     fused = medians["torchfuser"]
     cells = "".join(f"{(medians.get(name) or nan) * scale:>{w}.{digits}f}"
                     for name, w in (("eager", 10), ("inductor", 10), ("inductor+freezing", 10), ("torchfuser", 12)))
+    return cells + f"{medians['eager'] / fused:>9.2f}{best_peer(medians)[1] / fused:>8.2f}{rounds_cell(medians)}"
+
+
+def rounds_cell(medians: dict) -> str:
+    """The 'rounds' column: best_spread as 'lower-upper', '-' where unknown."""
     spread = best_spread(medians)
-    rounds = "-" if spread is None else f"{spread[0]:.2f}-{spread[1]:.2f}"
-    return cells + f"{medians['eager'] / fused:>9.2f}{best_peer(medians)[1] / fused:>8.2f}{rounds:>11}"
+    return f"{'-' if spread is None else f'{spread[0]:.2f}-{spread[1]:.2f}':>11}"
 
 
 TIMES_NOTE = ("'x eager', 'x best': eager's / the best peer's time over torchfuser's (higher is better; best of eager, "
