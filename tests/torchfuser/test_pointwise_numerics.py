@@ -128,6 +128,25 @@ def test_short_transposed_rows_run_in_blocks_of_rows(shape):
     assert f"rows={shape[1]} " in kernel.spec and "block=16" in kernel.spec, kernel.spec
 
 
+@pytest.mark.parametrize("rows, cols, blocked", [(600, 37, True), (1030, 70, True), (300, 513, False)])
+def test_long_rows_of_a_far_transposing_read_run_in_blocks(rows, cols, blocked):
+    """A transpose whose read steps 2 KiB or more along the output's row (`rows` >= 512 floats apart) puts every
+    element on a line of its own: such rows take blocks of 16 too, however long (600 and 1030 rows: remainders),
+    nearer steps keep one row a work-item; an operand along the row and one across rows, inf and nan too."""
+    def fn(x, scale, bias):
+        return x.t().contiguous() * scale + bias
+
+    x = torch.randn(cols, rows)  # out = x.t(): [rows, cols], its row i reads x[:, i], `rows` floats apart
+    x.view(-1)[::5] = float("nan")
+    x.view(-1)[2::9] = float("-inf")
+    scale, bias = torch.randn(cols), torch.randn(rows, 1)
+    out = compiled(fn)(x, scale, bias)
+    assert_close(out, fn(x, scale, bias))
+    assert out.stride() == fn(x, scale, bias).stride()
+    (kernel,) = torchfuser.last_report().kernels
+    assert f"rows={cols} " in kernel.spec and ("block=16" in kernel.spec) == blocked, kernel.spec
+
+
 @pytest.mark.parametrize("kh, kw", [(19, 12), (16, 8)])
 def test_many_short_rows_read_along_the_row_run_in_blocks_of_rows(kh, kw):
     """A patch embedding's patches (NCHW cut into kh x kw tiles, each copied in (C, KH, KW) order) are short rows

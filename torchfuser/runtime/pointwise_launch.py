@@ -39,6 +39,11 @@ ROW_BLOCK = 16  # rows per work-item where rows are short: a transposing copy's 
 # rows shorter than this, read along the row by every input, are computed ROW_BLOCK to a work-item too: the
 # row's outer coordinates cost a division per dim, more than copying a row of 16 floats (a patch copy)
 SHORT_ROW = 64
+# A transposing read whose step along the row is at least this many bytes puts every element of a row on a line
+# of its own: a whole row's lines outgrow L1 before the next row (the work-group's next item) comes back to them,
+# so such rows take blocks too, each line read once for ROW_BLOCK rows (1024x4096 transposed: 7.7-7.9 ms against
+# 13.3-19.0 in rows; 4x512x7x7 NHWC->NCHW 0.12 against 0.20; at 1-1.5 KB steps rows were as fast or faster)
+FAR_STEP_BYTES = 2048
 # the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
 # more at most, and no new kernel per size where a stride follows a symbolic size
 MAX_ROW_STEP = 4
@@ -156,9 +161,10 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     would be shorter than min_length, unless some input reads them transposed: then each work-item computes a
     block of ROW_BLOCK such rows (an NCHW image copied channels-last: rows of 3 channels, read 16 pixels at a
     time). Longer rows run one per work-item, a work-group's 16 consecutive rows on one thread, which already
-    keeps a transposing read's lines in L1 (blocks measured slower there). Many short rows that every input
-    reads along the row (a patch embedding's patches: rows of 16 pixels) take blocks too, computed row by row:
-    the outer coordinates' divisions are then made once per block."""
+    keeps a transposing read's lines in L1 (blocks measured slower there), unless that read steps FAR_STEP_BYTES
+    or more along the row: blocks then too (a large 2-D transpose, NHWC -> NCHW of many channels). Many short
+    rows that every input reads along the row (a patch embedding's patches: rows of 16 pixels) take blocks too,
+    computed row by row: the outer coordinates' divisions are then made once per block."""
     shape, order, program = kernel.out_shape, kernel.order, kernel.program
     numel = int(np.prod(shape)) if shape else 1
     if device_type != "CPU" or not shape or order[-1] != len(shape) - 1 or numel == 0:
@@ -174,14 +180,15 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     last = [t.stride(-1) if program.read_of(i) else st[-1] for i, (t, st) in enumerate(zip(inputs, strides))]
     steps = tuple(x if 0 <= x <= MAX_ROW_STEP else None for x in last)
     plain = not program.indexes_last_dim and not program.gather_indices and sizes[-1] > 1
-    if width < min_length:  # short rows of a transposing read (far along the row, contiguous across rows): blocks
-        transposes = plain and any(step is None and st[-1] == 1 for step, st in zip(steps, per_input))
-        if not transposes:
-            return None
+    # a transposing read: far along the row, contiguous across rows
+    transposed = [plain and step is None and st[-1] == 1 for step, st in zip(steps, per_input)]
+    if width < min_length and not any(transposed):  # short rows of a transposing read take blocks; others: None
+        return None
+    far = any(t and x * inputs[i].element_size() >= FAR_STEP_BYTES for i, (t, x) in enumerate(zip(transposed, last)))
     # short rows read along the row by every input: blocks of them, row after row (codegen: _block_lines)
     rows = numel // width
     along = plain and width < SHORT_ROW and None not in steps and rows >= ROW_BLOCK * ROW_ITEMS_WANTED
-    block = ROW_BLOCK if width < min_length or along else 1
+    block = ROW_BLOCK if width < min_length or along or far else 1
     reach = max([numel] + [extent(t) for t in inputs])
     index_type = index_type_for(reach)
     index = np.int64 if index_type == "long" else np.int32
