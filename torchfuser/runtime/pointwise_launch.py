@@ -41,8 +41,7 @@ ROW_BLOCK = 16  # rows per work-item where rows are short: a transposing copy's 
 SHORT_ROW = 64
 # A transposing read whose step along the row is at least this many bytes puts every element of a row on a line
 # of its own: a whole row's lines outgrow L1 before the next row (the work-group's next item) comes back to them,
-# so such rows take blocks too, each line read once for ROW_BLOCK rows (1024x4096 transposed: 7.7-7.9 ms against
-# 13.3-19.0 in rows; 4x512x7x7 NHWC->NCHW 0.12 against 0.20; at 1-1.5 KB steps rows were as fast or faster)
+# so such rows take blocks too, each line read once for ROW_BLOCK rows (at steps of 1-1.5 KiB rows were as fast)
 FAR_STEP_BYTES = 2048
 # the largest last-dim step the row schedule writes into its source (PointwiseSpec.row_steps): a few kernels
 # more at most, and no new kernel per size where a stride follows a symbolic size
