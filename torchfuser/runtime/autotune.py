@@ -108,15 +108,24 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, si
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
             database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
-        why = ("autotuning is off" if search == "off" else f"{flops:.0f} FLOP: too small to tune"
-               if flops < SEARCH_MIN_FLOPS else "few rows over a large weight: timed alone, no call is as in a model"
-               if streams else "sizes vary between calls: not tuned at one example")
+        why = _not_searched(search, flops, streams)
         variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
         variant, misfit_note = gemm_launch.fitted(variant, state.limits)
         record = {"winner": variant.name, "candidates": {},
                   "source": f"heuristic ({why}{f'; {misfit_note}' if misfit_note else ''})"}
     state.choices[shape_key] = GemmVariant.parse(record["winner"])
     return record
+
+
+def _not_searched(search: str, flops: int, streams: bool) -> str:
+    """Why tune_gemm took the heuristic's choice (the cases in which it does not search)."""
+    if search == "off":
+        return "autotuning is off"
+    if flops < SEARCH_MIN_FLOPS:
+        return f"{flops:.0f} FLOP: too small to tune"
+    if streams:
+        return "few rows over a large weight: timed alone, no call is as in a model"
+    return "sizes vary between calls: not tuned at one example"
 
 
 def _real_like(t: torch.Tensor) -> torch.Tensor:

@@ -183,7 +183,7 @@ def configure_rows(kernel: PointwiseKernel, inputs, device_type: str, min_length
     transposed = [plain and step is None and st[-1] == 1 for step, st in zip(steps, per_input)]
     if width < min_length and not any(transposed):  # short rows of a transposing read take blocks; others: None
         return None
-    far = any(t and x * inputs[i].element_size() >= FAR_STEP_BYTES for i, (t, x) in enumerate(zip(transposed, last)))
+    far = any(t and x * a.element_size() >= FAR_STEP_BYTES for t, x, a in zip(transposed, last, inputs))
     # short rows read along the row by every input: blocks of them, row after row (codegen: _block_lines)
     rows = numel // width
     along = plain and width < SHORT_ROW and None not in steps and rows >= ROW_BLOCK * ROW_ITEMS_WANTED

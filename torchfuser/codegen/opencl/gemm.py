@@ -18,7 +18,7 @@ clamp their loads to a valid row (tiled: load zeros) and skip their stores.
 
 from __future__ import annotations
 
-from torchfuser.codegen.opencl.op_c import C_TYPES
+from torchfuser.codegen.opencl.op_c import C_TYPES, VECTOR_WIDTHS
 from torchfuser.codegen.opencl.program_c import (PREAMBLE, helpers_for, program_statements, vector_load, vector_store,
                                                   vectorisable)
 from torchfuser.codegen.opencl.gemm_a import inside, padded_tap, patch_row, produce_chunk, producer_row
@@ -82,9 +82,6 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     if producer is not None:
         params += window_params(producer, "P")
     return spec.tile_n // spec.vector_width, vector_epilogue, params
-
-
-COLUMN_VECTORS = (2, 4, 8, 16)  # tile rows the channels-first finish stores as one vector of pixels (OpenCL's widths)
 
 
 def packed_gemm_source(spec: GemmSpec) -> str:
@@ -157,11 +154,13 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                                           for v in range(vectors)) + " }"
         for i in range(tm))
     finish = "\n      ".join(_finish_row(spec, i, acc[i], vector_epilogue) for i in range(tm))
-    if spec.out_images and vector_epilogue and tm in COLUMN_VECTORS:
+    # a channels-first result stores a vector of the tile's pixels per column, where OpenCL has that width
+    by_columns = spec.out_images and vector_epilogue and tm in VECTOR_WIDTHS
+    if by_columns:
         finish = f"{_finish_columns(spec, acc)} else {{\n      {finish}\n      }}"
     whole_k = f"max(K, ({idx})1)"  # at least 1, so K == 0 still runs the loop once (the epilogue of 0)
     k_step = f"n0 + {tn} <= N ? {spec.k_block} : {whole_k}" if spec.k_block else whole_k
-    columns = (tm,) if spec.out_images and tm in COLUMN_VECTORS else ()  # the channels-first finish's pixel vectors
+    columns = (tm,) if by_columns else ()  # the column finish's helpers on its vectors of pixels
     helpers = (helpers_for([spec.epilogue], w if vector_epilogue else 1, *columns) if producer is None else
                helpers_for([spec.epilogue, producer.epilogue], w if vector_epilogue else 1, producer.vector_width,
                            *columns))

@@ -167,6 +167,9 @@ _HELPER_TEMPLATES["float"] = _HELPER_TEMPLATES["float"].replace(
     "GELU_AT_INF", "isinf(x) ? (TYPE)NAN : " if _eager_gelu_is_nan_at_inf() else "")
 
 
+VECTOR_WIDTHS = (2, 4, 8, 16)  # OpenCL C's vector widths (3 aside): vloadN, floatN and the _u types exist for these
+
+
 def vector_type(dtype: str, width: int) -> str:
     return C_TYPES[dtype] + (str(width) if width > 1 else "")
 

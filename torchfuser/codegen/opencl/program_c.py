@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from torchfuser.codegen.opencl.op_c import VECTOR_SAFE, c_expression, helpers_c, vector_type
+from torchfuser.codegen.opencl.op_c import VECTOR_SAFE, VECTOR_WIDTHS, c_expression, helpers_c, vector_type
 from torchfuser.ir.program import Const, Program
 
 _SCALAR_BYTES = {"uchar": 1, "int": 4, "long": 8, "float": 4, "double": 8}  # the C types of op_c.C_TYPES
-_UNALIGNED_WIDTHS = (2, 4, 8, 16)
 
 # Vector types aligned as their scalar (`float16_u`): a load or store through one is what vloadN/vstoreN mean,
 # and PoCL's LLVM makes it one full-width move, where its vloadN often becomes N/2 two-element loads and the
 # arithmetic on them runs two lanes at a time (when they feed a separate multiply or add).
 PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + "".join(
     f"typedef {t}{w} __attribute__((aligned({size}))) {t}{w}_u;\n"
-    for t, size in _SCALAR_BYTES.items() for w in _UNALIGNED_WIDTHS)
+    for t, size in _SCALAR_BYTES.items() for w in VECTOR_WIDTHS)
 
 
 def vector_load(vtype: str, pointer: str) -> str:
