@@ -5,8 +5,9 @@ memory devices also the host BLAS + OpenCL epilogue) on random inputs with the g
 against the PyTorch reference, and keeps the fastest that is right. A tiled (GPU) variant whose work-group
 or local memory exceeds the device's limits is rejected with the reason, not run. Choices live in
 $TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
-warning. The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up that do not stream a weight: see
-COLD_B_ROWS), "max" (every GEMM: mode="max-autotune") or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option):
+warning, and a search during which other processes took more than BUSY_SHARE of the CPUs is used but not kept
+(runtime/machine_load.py). The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up that do not stream a
+weight: see COLD_B_ROWS), "max" (every GEMM: mode="max-autotune") or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option):
 the heuristic choice, no search.
 """
 
@@ -29,6 +30,7 @@ from torchfuser.runtime.call import Call
 from torchfuser.runtime.gemm_launch import (GemmVariant, candidate_variants, default_variant, gemm_state, launch_for,
                                             mm_rows)
 from torchfuser.runtime.kernel_cache import KernelBuildError
+from torchfuser.runtime.machine_load import OtherLoad
 from torchfuser.runtime.timing import SETTLE_SECONDS
 from torchfuser.runtime.tuning_db import DB_VERSION, TuningDatabase  # noqa: F401  (DB_VERSION: tests)
 
@@ -38,6 +40,10 @@ EXTERN_MARGIN = 1.1  # the host BLAS wins only when 10 % faster than every templ
 # machine differ by more than the variants do (searches picked slower variants: the notes)
 PRIOR_MARGIN = 1.03
 PROGRESS_AFTER_SECONDS = 1.0
+# A search during which other processes took more than this share of the CPUs is used but not kept: timed on a
+# busy machine, every candidate ran slower and not all by as much (the host BLAS won such a search of a
+# convolution at 1.5x its quiet time, and the record would have made the model slower than eager for good)
+BUSY_SHARE = 0.25
 # Below this (about 1 ms a call here) the heuristic choice: a search costs ~1 s of PoCL compile per candidate
 # at its first launch, and the best variant is rarely more than 10 % ahead, so it pays off only after
 # about 100k calls of a small GEMM.
@@ -106,7 +112,8 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, si
 
             with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
                 record = _search(runtime, kernel, [_real_like(t) for t in inputs])
-            database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
+            if record["source"] == "tuned":
+                database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
     if record is None:
         why = _not_searched(search, flops, streams)
         variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
@@ -146,7 +153,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
                                     kernel.producer is not None, n=inputs[1].shape[-1])
     state = gemm_state(kernel)
     ready, rejected = {}, {}
-    started = time.perf_counter()
+    started, others = time.perf_counter(), OtherLoad()
     live = sys.stderr.isatty()
 
     def progress(what: str) -> None:
@@ -196,7 +203,10 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     if elapsed > PROGRESS_AFTER_SECONDS:  # long searches say what they did (a live bar on terminals)
         print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
               f"variants in {elapsed:.1f} s", file=sys.stderr)
-    return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}
+    busy = others.share()
+    source = ("tuned" if busy is None or busy <= BUSY_SHARE else
+              f"tuned while other processes took {busy:.0%} of the CPUs: used in this process, not kept")
+    return {"winner": winner, "candidates": times, "rejected": rejected, "source": source}
 
 
 _scratch: list = []
