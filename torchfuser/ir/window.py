@@ -2,7 +2,8 @@
 
 Output (n, oh, ow) reads taps (i, j) at x[n, oh * sh - ph + i * dh, ow * sw - pw + j * dw, :] of x [N, H, W, C]
 (1-d: H = 1, one kernel row); a tap in the zero padding (ph, pw) reads nothing from x, so no padded copy is
-made. The window kernels (ir/kernels/window.py) reduce each channel over its taps; a convolution's GEMM
+made. A convolution's GEMM may read its window over a contiguous NCHW x instead (channels_first: a model's
+input, not copied channels-last first). The window kernels (ir/kernels/window.py) reduce each channel over its taps; a convolution's GEMM
 (ir/kernels/gemm.py) reads the taps of all channels as the row of A (implicit im2col): A[m, k], k = (kh, kw, c).
 """
 
@@ -29,6 +30,7 @@ class Window:
     pad_w: int = 0
     dilation_h: int = 1
     dilation_w: int = 1
+    channels_first: bool = False  # x is [N, C, H, W] (GEMM patches only: the window kernels read any strides)
 
     @classmethod
     def over(cls, shape, kernel, stride, padding, dilation) -> "Window":
@@ -63,6 +65,8 @@ class Window:
 
     def patches(self, x: torch.Tensor) -> torch.Tensor:
         """A as a tensor [M, K] (the im2col the kernel never makes) of the contiguous input x."""
+        if self.channels_first:
+            x = x.permute(0, 2, 3, 1).contiguous()
         if self.padded:
             x = torch.nn.functional.pad(x, (0, 0, self.pad_w, self.pad_w, self.pad_h, self.pad_h))
         sn, sh, sw, sc = x.stride()
@@ -87,9 +91,11 @@ class Window:
         return y.permute(0, 2, 3, 1).reshape(self.rows, self.channels)
 
     def _conv2d(self, x: torch.Tensor, weight: torch.Tensor, groups: int = 1) -> torch.Tensor:
-        y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), weight, None, (self.stride_h, self.stride_w),
-                                       (self.pad_h, self.pad_w), (self.dilation_h, self.dilation_w), groups)
+        nchw = x if self.channels_first else x.permute(0, 3, 1, 2)
+        y = torch.nn.functional.conv2d(nchw, weight, None, (self.stride_h, self.stride_w), (self.pad_h, self.pad_w),
+                                       (self.dilation_h, self.dilation_w), groups)
         return y.permute(0, 2, 3, 1).reshape(self.rows, y.shape[1])
 
     def text(self) -> str:
-        return "window=" + ",".join(str(v) for v in vars(self).values())
+        geometry = [v for name, v in vars(self).items() if name != "channels_first"]
+        return "window=" + ",".join(str(v) for v in geometry) + (",channels-first" if self.channels_first else "")

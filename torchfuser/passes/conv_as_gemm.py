@@ -7,7 +7,9 @@ the patch's corner, so the GEMM kernel reads A straight from the input (ir/windo
 fuse_gemm_epilogue takes the `tf_conv_patches` node into the GEMM) and no im2col copy is made (a 1x1
 convolution's input is A as it is, and patches that tile the input, stride = kernel, are one reordering copy
 of it, taken from an NCHW input directly in (C, KH, KW) order against the weight as it lies: both plain mms,
-every GEMM schedule a candidate). Zero padding is read as bounds: per tap, a row's run
+every GEMM schedule a candidate). A contiguous NCHW input that no convolution makes channels-last (a model's
+input, of channels enough to read its padding as bounds) is read where it lies, each tap's channels a plane
+apart (Window.channels_first): no channels-last copy of it. Zero padding is read as bounds: per tap, a row's run
 of channels in the padding is a run of zeros (inputs of at least PADDING_AS_BOUNDS_CHANNELS channels; an
 image's 3 channels get a padded copy, concatenations with zeros). The weight becomes the [K, Cout] matrix once
 per weight version (ir/weights) and is packed as any GEMM's B. The GEMM's result is the output in
@@ -19,7 +21,7 @@ that no convolution makes channels-last is a bmm over the input as it lies, per 
 Rule: `convolution(x, w, b, stride, padding, dilation, transposed=False, output_padding, groups=1)` of 1 or
 2 spatial dims, floating x and static shapes becomes
 
-    xc = clone(permute(x, [0, 2, 3, 1]))                            # channels-last
+    xc = clone(permute(x, [0, 2, 3, 1]))                            # channels-last (a model's input: x)
     xp = cat([0, cat([0, xc, 0], W), 0], H)                         # padding, fewer than 8 channels only
     y = view(mm(tf_conv_patches(xp), tf_conv_weight_as_matrix(w)), [N, OH, OW, Cout])  [+ b]  # one GEMM kernel
     out = clone(permute(y, [0, 3, 1, 2]))                           # conv1d: [N, OW, Cout], permuted [0, 2, 1]
@@ -102,7 +104,7 @@ def _patch_rows(call, x: fx.Node, window: Window) -> fx.Node:
     that tile the input exactly (stride = kernel, ViT's patch embedding) are one reordering copy of it; both
     then run as plain mms (every GEMM schedule, the host BLAS too). Other windows are read in place."""
     w = window
-    if w.padded:
+    if w.padded or w.channels_first:
         return call(ConvPatches(window), (x,))
     if w.kernel_h == w.kernel_w == w.stride_h == w.stride_w == 1:
         return call(aten.view.default, (x, [w.rows, w.channels]))
@@ -183,10 +185,13 @@ def _tile_gemm(call, conv: fx.Node, one_d: bool) -> fx.Node:
 
 
 def _after_convolution(value: fx.Node) -> bool:
-    """value is a convolution's result, or computed from one by ops that keep its layout."""
+    """value is a convolution's result (one this pass rewrote already: its copy to eager's layout), or computed
+    from one by ops that keep its layout."""
     seen, frontier = set(), [value]
     while frontier:
         node = frontier.pop()
+        if node.meta.get(channels_last_between_convs.LAYOUT_EXIT):
+            return True
         if node in seen or node.op != "call_function" or node.target not in channels_last_between_convs.FOLLOWS_LAYOUT:
             continue
         if node.target is aten.convolution.default:
@@ -209,22 +214,28 @@ def _per_image_gemm(call, graph: fx.Graph, conv: fx.Node) -> fx.Node:
 
 
 def _patch_gemm(call, graph: fx.Graph, x, w, stride, padding, dilation, one_d: bool) -> fx.Node:
-    """y [N, OH, OW, Cout] (conv1d: [N, OW, Cout]) = the GEMM over the patches of x, copied channels-last."""
-    # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
-    # row kernels: cat_as_last_dim); conv1d's [N, L, C] as [N, 1, L, C]
-    x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 1] if one_d else [0, 2, 3, 1])),),
-             {"memory_format": torch.contiguous_format})
-    if one_d:
-        x = call(aten.unsqueeze.default, (x, 1))
+    """y [N, OH, OW, Cout] (conv1d: [N, OW, Cout]) = the GEMM over the patches of x, read where x lies (a
+    contiguous NCHW x that no convolution makes channels-last: a model's input) or copied channels-last."""
     cout, _, *kernel = tensor_meta(w).shape
-    bounds = tensor_meta(x).shape[3] >= PADDING_AS_BOUNDS_CHANNELS  # else a copy of x with zeros around it
-    if not bounds:
-        for dim, pad in ((2, padding[1]), (1, padding[0])):
-            if pad:
-                x = constant_pad(graph, x, dim, pad, 0.0)
-    n, h, width, c = tensor_meta(x).shape
+    bounds = tensor_meta(x).shape[1] >= PADDING_AS_BOUNDS_CHANNELS  # else a copy of x with zeros around it
+    channels_first = bounds and tensor_meta(x).is_contiguous() and not _after_convolution(x)
+    if channels_first:
+        x = call(aten.unsqueeze.default, (x, 2)) if one_d else x  # conv1d's [N, C, L] as [N, C, 1, L]
+        n, c, h, width = tensor_meta(x).shape
+    else:
+        # channels-last, contiguous (a patch row is then a run of memory, and the padding concatenations are
+        # row kernels: cat_as_last_dim); conv1d's [N, L, C] as [N, 1, L, C]
+        x = call(aten.clone.default, (call(aten.permute.default, (x, [0, 2, 1] if one_d else [0, 2, 3, 1])),),
+                 {"memory_format": torch.contiguous_format})
+        if one_d:
+            x = call(aten.unsqueeze.default, (x, 1))
+        if not bounds:
+            for dim, pad in ((2, padding[1]), (1, padding[0])):
+                if pad:
+                    x = constant_pad(graph, x, dim, pad, 0.0)
+        n, h, width, c = tensor_meta(x).shape
     window = Window(n, h, width, c, *((1, *kernel) if one_d else kernel), *stride, *(padding if bounds else (0, 0)),
-                    *dilation)
+                    *dilation, channels_first)
     product = call(aten.mm.default, (_patch_rows(call, x, window), conv_weight_matrix(graph, w)))
     out = [n, window.out_w, cout] if one_d else [n, window.out_h, window.out_w, cout]
     return call(aten.view.default, (product, out))

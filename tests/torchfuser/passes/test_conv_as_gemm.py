@@ -1,5 +1,7 @@
 """conv_as_gemm: convolutions run as GEMM kernels that read their input's patches in place, numerics as eager."""
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -48,11 +50,34 @@ def test_dilation_rectangular_kernels_and_conv1d(conv, shape):
     assert not [f for f in report.fallbacks if f.op in CONV_OPS]
 
 
+class AfterAConvolution(nn.Module):
+    """conv reading the result of a 1x1 convolution (channels-last between them), not the model's NCHW input."""
+
+    def __init__(self, conv: nn.Module):
+        super().__init__()
+        channels = conv.in_channels
+        self.first = (nn.Conv1d if isinstance(conv, nn.Conv1d) else nn.Conv2d)(channels, channels, 1)
+        self.conv = conv
+
+    def forward(self, x):
+        return self.conv(self.first(x))
+
+
+LAYOUTS = {"model input": lambda conv: conv, "after a convolution": AfterAConvolution}
+
+
+def reads_channels_first(gemm) -> bool:
+    """The GEMM's window reads an NCHW input (ir/window.Window.text)."""
+    return re.search(r"window=\S*,channels-first", gemm.spec) is not None
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("width,variant", [(w, v) for w, variants in gemm_launch.PACKED_VARIANTS.items()
                                            for v in variants[:3]])
-def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, variant, monkeypatch, tmp_path):
-    """No im2col copy: the GEMM kernel takes the patches node and reads the padded channels-last input itself;
-    K blocks that end inside a tap's run of channels (C = 37, K = 333) and ragged tiles, every variant."""
+def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, variant, layout, monkeypatch, tmp_path):
+    """No im2col copy: the GEMM kernel takes the patches node and reads the padded input itself (the model's
+    NCHW input, or a convolution's channels-last result); K blocks that end inside a tap's run of channels
+    (C = 37, K = 333) and ragged tiles, every variant."""
     import torchfuser.runtime.autotune as autotune
 
     monkeypatch.setattr(gemm_launch, "panel_vector_width", lambda: width)
@@ -61,13 +86,13 @@ def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, vari
     monkeypatch.setattr(autotune, "candidate_variants",
                         lambda device, *_, **__: [gemm_launch.GemmVariant("packed", *variant)])
     monkeypatch.setattr(autotune, "SEARCH_MIN_FLOPS", 0)
-    conv = nn.Sequential(nn.Conv2d(37, 45, 3, stride=2, padding=1), nn.ReLU()).eval()
+    conv = nn.Sequential(LAYOUTS[layout](nn.Conv2d(37, 45, 3, stride=2, padding=1)), nn.ReLU()).eval()
     x = torch.randn(3, 37, 13, 10)
     out, report = compiled(conv, x)
     with torch.no_grad():
         assert_close(out, conv(x), rtol=1e-4, atol=1e-4)
-    (gemm,) = [k for k in report.kernels if k.kind == "gemm"]
-    assert any(n.startswith("tf_conv_patches") for n in gemm.nodes) and "window=" in gemm.spec
+    (gemm,) = [k for k in report.kernels if k.kind == "gemm" and any(n.startswith("tf_conv_patches") for n in k.nodes)]
+    assert "window=" in gemm.spec and reads_channels_first(gemm) == (layout == "model input")
     assert not any("as_strided" in n for k in report.kernels for n in k.nodes)
 
 
@@ -78,10 +103,11 @@ def test_the_gemm_reads_the_patches_in_place_in_every_packed_variant(width, vari
     (nn.Conv2d(8, 4, (1, 3), stride=(1, 2), padding=(0, 1)), (2, 8, 5, 9)),
     (nn.Conv1d(24, 16, 3, stride=2, padding=1), (2, 24, 31)),
 ])
-def test_padding_of_eight_or_more_channels_is_read_as_bounds(conv, shape):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_padding_of_eight_or_more_channels_is_read_as_bounds(conv, shape, layout):
     """No padded copy of the input: taps in the padding read zeros; NaN and inf at the borders as eager."""
     torch.manual_seed(0)
-    conv = conv.eval()
+    conv = LAYOUTS[layout](conv).eval()
     x = torch.randn(shape)
     x[0, 1, 0], x[-1, 2, -1] = float("nan"), float("inf")
     out, report = compiled(conv, x)
@@ -89,6 +115,24 @@ def test_padding_of_eight_or_more_channels_is_read_as_bounds(conv, shape):
         assert_close(out, conv(x))
     assert not [f for f in report.fallbacks if f.op in CONV_OPS]
     assert not any("cat" in n for k in report.kernels for n in k.nodes), [k.nodes for k in report.kernels]
+
+
+@pytest.mark.parametrize("conv, shape", [
+    (nn.Conv1d(80, 24, 3, padding=1), (2, 80, 50)),  # Whisper's front-end, narrowed
+    (nn.Conv1d(16, 8, 3, stride=2), (3, 16, 21)),  # unpadded: the taps at offsets from each row's corner
+    (nn.Conv2d(12, 8, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2)), (2, 12, 9, 11)),
+])
+def test_a_models_nchw_input_is_read_where_it_lies(conv, shape):
+    """A contiguous NCHW (NCL) input that no convolution made is not copied channels-last first: the GEMM reads
+    each tap's channels a plane apart, one kernel in all."""
+    conv = conv.eval()
+    x = torch.randn(shape)
+    x[0, 3, 0], x[-1, 5, -1] = float("nan"), float("inf")
+    out, report = compiled(conv, x)
+    with torch.no_grad():
+        assert_close(out, conv(x))
+    (gemm,) = report.kernels
+    assert gemm.kind == "gemm" and reads_channels_first(gemm)
 
 
 def test_channels_last_input_with_specials():

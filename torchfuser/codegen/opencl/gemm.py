@@ -84,6 +84,18 @@ def _panel_kernel_basics(spec: GemmSpec) -> tuple[int, bool, list[str]]:
     return spec.tile_n // spec.vector_width, vector_epilogue, params
 
 
+def _a_read(spec: GemmSpec) -> tuple[str, str]:
+    """(row, element): the K loop reads row i's A value at step k as {row}{i}[{element}]."""
+    window = spec.window
+    if spec.producer is not None:  # the private chunk the producer made
+        return "at", "c"
+    if window is None:
+        return "a", "k * sak"
+    if window.padded:  # per tap: a run of channels (channels-first: p{i} steps along them)
+        return "p", "0" if window.channels_first else "c"
+    return "a", f"tap + c * {window.height * window.width}" if window.channels_first else "tap + c"
+
+
 def packed_gemm_source(spec: GemmSpec) -> str:
     """Each work-item owns row_blocks tiles of tile_m x tile_n, stacked along M, over one B panel. K runs in
     blocks of k_block: the block's slice of the panel (k_block x tile_n floats) stays in L1 while every tile
@@ -106,8 +118,7 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         f"{vector_load(f'float{w}', f'C + min(m0 + {i}, M - 1) * N + n0 + {w * v}')};"
         for i in range(tm) for v in range(vectors))
     load_b = " ".join(f"const float{w} b{v} = {vector_load(f'float{w}', f'bk + {w * v}')};" for v in range(vectors))
-    element = "c" if producer is not None else "k * sak" if window is None else "c" if window.padded else "tap + c"
-    row = "at" if producer is not None else "p" if window is not None and window.padded else "a"
+    row, element = _a_read(spec)
     fmas = "\n        ".join(
         f"{{ const float{w} a = (float{w})({row}{i}[{element}]); "
         + " ".join(f"{acc[i][v]} = fma(a, b{v}, {acc[i][v]});" for v in range(vectors)) + " }"
@@ -126,13 +137,14 @@ def packed_gemm_source(spec: GemmSpec) -> str:
         k_loop = f"for ({idx} k = k0; k < kend; ++k, bk += {tn}) {{"
     elif window.padded:  # K = (kh, kw, c): per tap, each row's run of C channels, or zeros in the padding
         taps = "\n        ".join(padded_tap(spec, i) for i in range(tm))
+        steps = "".join(f", p{i} += s{i}" for i in range(tm)) if window.channels_first else ""
         k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
                   f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
                   f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"
                   f"        {taps}\n"
                   f"        const {idx} cend = min(({idx}){window.channels}, c0 + (kend - k));\n"
-                  f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
-    elif window.dilation_w == 1:  # K = (kh, kw, c): a kernel row's taps are one run of KW * C floats
+                  f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}{steps}) {{")
+    elif window.dilation_w == 1 and not window.channels_first:  # K = (kh, kw, c): a row of taps, KW * C floats
         run = window.kernel_w * window.channels
         k_loop = (f"for ({idx} k = k0; k < kend;) {{\n"
                   f"        const {idx} kh = k / {run}, c0 = k - kh * {run};\n"
@@ -144,7 +156,7 @@ def packed_gemm_source(spec: GemmSpec) -> str:
                   f"        const {idx} t = k / {window.channels}, c0 = k - t * {window.channels};\n"
                   f"        const {idx} kh = t / {window.kernel_w}, kw = t - kh * {window.kernel_w};\n"
                   f"        const {idx} tap = (kh * {window.dilation_h * window.width} + kw * {window.dilation_w})"
-                  f" * {window.channels};\n"
+                  f"{'' if window.channels_first else f' * {window.channels}'};\n"
                   f"        const {idx} cend = min(({idx}){window.channels}, c0 + (kend - k));\n"
                   f"        for ({idx} c = c0; c < cend; ++c, ++k, bk += {tn}) {{")
     if producer is None:

@@ -25,15 +25,21 @@ def _corner(idx: str, win, i: int) -> str:
             f"{win.pad_w};")
 
 
+def _pixel(win, img: str, h: str, w: str) -> str:
+    """The offset of channel 0 of pixel (h, w) of image img in the convolution's input."""
+    if win.channels_first:
+        return f"{img} * {win.channels * win.height * win.width} + {h} * {win.width} + {w}"
+    return f"(({img} * {win.height} + {h}) * {win.width} + {w}) * {win.channels}"
+
+
 def patch_row(spec: GemmSpec, i: int) -> str:
-    """The corner of row m0 + i's patch in a convolution's channels-last input (ir/window.Window), and without
-    padding its address."""
+    """The corner of row m0 + i's patch in a convolution's input (ir/window.Window), and without padding its
+    address."""
     idx, win = spec.index_type, spec.window
     corner = _corner(idx, win, i)
     if win.padded:
         return corner
-    return (f"{corner} __global const float* a{i} = A + offA + ((img{i} * {win.height} + ih{i}) * {win.width} + "
-            f"iw{i}) * {win.channels};")
+    return f"{corner} __global const float* a{i} = A + offA + {_pixel(win, f'img{i}', f'ih{i}', f'iw{i}')};"
 
 
 def producer_row(spec: GemmSpec, i: int) -> str:
@@ -85,8 +91,15 @@ def produce_chunk(spec: GemmSpec, checked: bool) -> list[str]:
 
 
 def padded_tap(spec: GemmSpec, i: int) -> str:
-    """Row i's run of C channels at tap (kh, kw) of a padded window: in the input, or Z's zeros in the padding."""
+    """Row i's run of C channels at tap (kh, kw) of a padded window: in the input, or Z's zeros in the padding.
+    Channels-first, p{i} points at channel c0 and steps s{i} floats a channel (0 in the padding: Z[0] again)."""
     idx, win = spec.index_type, spec.window
-    return (f"const {idx} th{i} = ih{i} + kh * {win.dilation_h}, tw{i} = iw{i} + kw * {win.dilation_w}; "
-            f"__global const float* p{i} = (th{i} >= 0 && th{i} < {win.height} && tw{i} >= 0 && tw{i} < {win.width})"
-            f" ? A + offA + ((img{i} * {win.height} + th{i}) * {win.width} + tw{i}) * {win.channels} : Z;")
+    inside = f"th{i} >= 0 && th{i} < {win.height} && tw{i} >= 0 && tw{i} < {win.width}"
+    tap = (f"const {idx} th{i} = ih{i} + kh * {win.dilation_h}, tw{i} = iw{i} + kw * {win.dilation_w}; "
+           f"const int in{i} = {inside}; ")
+    pixel = f"A + offA + {_pixel(win, f'img{i}', f'th{i}', f'tw{i}')}"
+    if win.channels_first:
+        plane = win.height * win.width
+        return (f"{tap}__global const float* p{i} = in{i} ? {pixel} + c0 * {plane} : Z; "
+                f"const {idx} s{i} = in{i} ? {plane} : 0;")
+    return f"{tap}__global const float* p{i} = in{i} ? {pixel} : Z;"
