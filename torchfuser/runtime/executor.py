@@ -189,6 +189,7 @@ class Plan:
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
+        self._profile_next = 0  # calls still to profile whatever their number (profile_next)
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
@@ -220,12 +221,13 @@ class Plan:
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
         tape = self._tapes.pop(sizes, None)  # dropped if a replay raises
+        profiled = self._profiled()
         if tape is not None and trusted and not self._running:
             for kept, j in self._symbol_writes:  # the kernels read them: the walk writes them at their steps
                 kept.write(args[j])
             if tape is not self._replayed:  # a walk or another tape set the Bounds' kernels since it last ran
                 tape.forget()
-            events = [] if _profiles(self.calls) else None
+            events = [] if profiled else None
             output = tape.replay(args, events)
             if output is not None:
                 self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
@@ -267,7 +269,7 @@ class Plan:
         if call is not None and (call.splits or self._ahead):  # most small plans split nothing: no work per call
             self._ahead = _read_ahead(call.splits)
         if call is not None and call.events:
-            self._count(call.events, _profiles(self.calls))
+            self._count(call.events, profiled)
         if call is not None and call.recorder is not None:
             tape = record(call.recorder, args, output, self.runtime, self._ahead, shared=self.sized)
             if isinstance(tape, str):
@@ -339,6 +341,18 @@ class Plan:
             for dead in free:
                 env[dead] = None
         return self.output(env)
+
+    def profile_next(self, calls: int) -> None:
+        """Profile the next `calls` calls, whatever their number (by default the first PROFILE_FIRST_CALLS are, then
+        every PROFILE_EVERY-th): kernel times of back-to-back calls, a user's steady state, after calls that ran
+        between other work (a benchmark's warm-up, its interleaved rounds)."""
+        self._profile_next = calls
+
+    def _profiled(self) -> bool:
+        if self._profile_next > 0 and self.calls > 0:  # never the first (see _profiles)
+            self._profile_next -= 1
+            return True
+        return _profiles(self.calls)
 
     @property
     def stats(self) -> dict[str, KernelStats]:

@@ -582,6 +582,21 @@ def test_launches_of_calls_not_profiled_are_counted_when_the_stats_are_read():
     assert [s.launches for s in plan.stats.values()] == [1]
 
 
+def test_profile_next_profiles_that_many_calls_whatever_their_number_then_the_default_again():
+    f = torchfuser.compile(pointwise)
+    x, y = torch.randn(5000), torch.randn(5000)
+    with torch.no_grad():
+        for _ in range(31):  # past the first 20 calls: every 10th profiled
+            f(x, y)
+        plan = torchfuser.last_report().plan
+        plan.stats.clear()
+        plan.profile_next(3)
+        for _ in range(5):  # calls 31..35: three on request, none of the default's
+            f(x, y)
+    (stats,) = plan.stats.values()
+    assert (stats.launches, stats.profiled) == (5, 3) and stats.seconds > 0
+
+
 def test_the_layers_of_a_model_configure_each_cat_and_attention_once_per_layout():
     """Nodes of one structure (the same cat or attention in every layer) share their launch for the same input
     layouts; a node that differs in what it computes, and GEMMs (whose tuned choices are per node), do not."""
