@@ -6,6 +6,7 @@ runs, what stays in PyTorch, and the kernels that take the time (profiled, from 
 from __future__ import annotations
 
 import importlib.util
+import time
 from collections import Counter
 
 import torch
@@ -13,7 +14,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchfuser
-from torchfuser.runtime.timing import interleaved_medians
+from torchfuser.runtime.timing import LEAD_SECONDS, interleaved_medians
 from torchfuser.tools.bench.peers import against_peers, slower_flag, times_columns, times_head
 from torchfuser.tools.bench.gemm import count_flops, flop_bound_share
 
@@ -117,30 +118,35 @@ def module_row(name: str, module: nn.Module, x: torch.Tensor, repeats: int, indu
         plan.stats.clear()
     fused(x)
     launches = sum(s.launches for plan in plans for s in plan.stats.values())
-    # kernel times from back-to-back calls, as a program calling the model in a loop runs it (those the timing
-    # rounds below happened to profile, the first 20 among them, often ran right after another candidate's, its
-    # OpenMP threads still spinning, and summed to up to 1.7x the median call)
-    for plan in plans:
-        plan.profile_next(PROFILED_CALLS + 1)
-    fused(x)  # a steady call records its tape: not counted
-    for plan in plans:
-        plan.stats.clear()
-    first_call = {id(plan): plan.calls for plan in plans}
-    for _ in range(PROFILED_CALLS):
-        fused(x)
-    kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
-    for report in reports:
-        calls = max(1, report.plan.calls - first_call[id(report.plan)]) if report.plan is not None else 1
-        for k in report.expanded()["kernels"]:  # with provenance resolved (sources as dicts)
-            if k["mean_seconds"] is not None:
-                kernels.append({"name": k["name"], "kind": k["kind"], "per_call": k["seconds"] / calls,
-                                "variant": (k["tuning"] or {}).get("winner"), "fuses": _fuses(k)})
-    kernels.sort(key=lambda k: k["per_call"], reverse=True)
-
     eager_ops, eager_compute_ops = eager_op_counts(lambda: module(x))
 
     flops = count_flops(module, x)
-    medians = against_peers(module, (x,), fused, repeats, inductor)
+    kernels = []  # profiled seconds per call: a kernel may launch more or less than once a call
+
+    def profile_back_to_back():
+        """Kernel times from back-to-back calls after the rounds, as a program calling the model in a loop runs
+        it. The calls the rounds happened to profile (the first 20 among them) often ran right after another
+        candidate's, its OpenMP threads still spinning: they summed to up to 1.7x the median call. Profiled
+        before the rounds, a decode's split launches were still finding their cuts (new work-group functions)."""
+        lead_end = time.perf_counter() + LEAD_SECONDS
+        fused(x)  # the switch from the last candidate (as a timed block's lead): not counted
+        while time.perf_counter() < lead_end:
+            fused(x)
+        for plan in plans:
+            plan.stats.clear()
+            plan.profile_next(PROFILED_CALLS)
+        first_call = {id(plan): plan.calls for plan in plans}
+        for _ in range(PROFILED_CALLS):
+            fused(x)
+        for report in reports:
+            calls = max(1, report.plan.calls - first_call[id(report.plan)]) if report.plan is not None else 1
+            for k in report.expanded()["kernels"]:  # with provenance resolved (sources as dicts)
+                if k["mean_seconds"] is not None:
+                    kernels.append({"name": k["name"], "kind": k["kind"], "per_call": k["seconds"] / calls,
+                                    "variant": (k["tuning"] or {}).get("winner"), "fuses": _fuses(k)})
+        kernels.sort(key=lambda k: k["per_call"], reverse=True)
+
+    medians = against_peers(module, (x,), fused, repeats, inductor, then=profile_back_to_back)
     on_their_own = {}
     if alone:
         for way, fn in (("eager", lambda: module(x)), ("torchfuser", lambda: fused(x))):

@@ -37,12 +37,16 @@ def peer_candidates(fn, args: tuple, inductor: bool = True) -> dict:
     return candidates
 
 
-def against_peers(fn, args: tuple, fused, repeats: int, inductor: bool = True, extra: dict | None = None) -> dict:
+def against_peers(fn, args: tuple, fused, repeats: int, inductor: bool = True, extra: dict | None = None,
+                  then=None) -> dict:
     """Interleaved medians (steady state) of the peers and torchfuser (`fused`) calling fn(*args), plus any
-    `extra` candidates timed in the same rounds; no grad; resets Dynamo afterwards."""
+    `extra` candidates timed in the same rounds; no grad; then `then()` where given, while torchfuser's plans are
+    still the ones timed; resets Dynamo afterwards (later calls compile new plans)."""
     with torch.no_grad():
         candidates = {**peer_candidates(fn, args, inductor), "torchfuser": lambda: fused(*args), **(extra or {})}
         medians = interleaved_medians(candidates, repeats=repeats)
+        if then is not None:
+            then()
     torch._dynamo.reset()
     return medians
 
