@@ -2,9 +2,9 @@
 
 Output (n, oh, ow) reads taps (i, j) at x[n, oh * sh - ph + i * dh, ow * sw - pw + j * dw, :] of x [N, H, W, C]
 (1-d: H = 1, one kernel row); a tap in the zero padding (ph, pw) reads nothing from x, so no padded copy is
-made. A convolution's GEMM may read its window over a contiguous NCHW x instead (channels_first: a model's
-input, not copied channels-last first). The window kernels (ir/kernels/window.py) reduce each channel over its taps; a convolution's GEMM
-(ir/kernels/gemm.py) reads the taps of all channels as the row of A (implicit im2col): A[m, k], k = (kh, kw, c).
+made. The window kernels (ir/kernels/window.py) reduce each channel over its taps; a convolution's GEMM
+(ir/kernels/gemm.py) reads the taps of all channels as the row of A (implicit im2col): A[m, k], k = (kh, kw, c),
+also over a contiguous NCHW x (channels_first: a model's input, not copied channels-last first).
 """
 
 from __future__ import annotations

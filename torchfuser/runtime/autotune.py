@@ -7,8 +7,8 @@ or local memory exceeds the device's limits is rejected with the reason, not run
 $TORCHFUSER_CACHE_DIR/tuning.json, keyed by device and driver identity; a damaged file is ignored with a
 warning, and a search during which other processes took more than BUSY_SHARE of the CPUs is used but not kept
 (runtime/machine_load.py). The search is "default" (GEMMs of SEARCH_MIN_FLOPS and up that do not stream a
-weight: see COLD_B_ROWS), "max" (every GEMM: mode="max-autotune") or "off" (TORCHFUSER_AUTOTUNE=0, or the autotune option):
-the heuristic choice, no search.
+weight: see COLD_B_ROWS), "max" (every GEMM: mode="max-autotune") or "off" (TORCHFUSER_AUTOTUNE=0, or the
+autotune option): the heuristic choice, no search.
 """
 
 from __future__ import annotations
