@@ -41,6 +41,11 @@ from torchfuser.runtime.virtual_views import VirtualView, virtual_view
 PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
 TAPES_KEPT = 64  # tapes a plan with symbols keeps, one per symbol values (the oldest goes first)
+# ...but only once it has gone this many calls without a replay: a generate longer than TAPES_KEPT tokens, run
+# again, cycles through more lengths than there are tapes, and evicting the least recently used one for each
+# new recording left none to replay (every step paid a recording and replayed nothing: 73 against 84 tokens/s,
+# GPT-2 at 128 new tokens)
+STALE_TAPE_CALLS = 2 * TAPES_KEPT
 SIZES_KEPT = 256  # distinct symbol values a plan records
 
 
@@ -195,7 +200,8 @@ class Plan:
         self._running = False
         self._ahead: dict = {}  # what a call's lingering workers read ahead (Call.ahead), from the last call
         # symbol values -> the launches of a steady call with them, to replay (one entry, (), without symbols)
-        self._tapes: dict[tuple, SteadyTape] = {}
+        self._tapes: dict[tuple, SteadyTape] = {}  # least recently replayed first
+        self._tape_used: dict[tuple, int] = {}  # symbol values -> the call that last recorded or replayed its tape
         self._replayed: SteadyTape | None = None  # the tape that set the Bounds' kernels last, if one did
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
@@ -231,6 +237,7 @@ class Plan:
             output = tape.replay(args, events)
             if output is not None:
                 self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
+                self._tape_used[sizes] = self.calls
                 self.tape_calls += 1
                 if events is None:
                     self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
@@ -255,7 +262,7 @@ class Plan:
             # a plan with symbols records a tape per symbol values, once they come again (a generate of a
             # length seen before): a first generate's every call has new ones, and recording costs a walk's time
             repeats = call.steady_unsized and self.sizes_run.get(sizes, 0) > 1 if self.sized else call.steady
-            if repeats and trusted and call.planned and self._records_tape():
+            if repeats and trusted and call.planned and self._records_tape() and self._room_for_tape():
                 call.recorder = Recorder()
         self._last_signature = None
         reentrant, self._running = self._running, True
@@ -276,8 +283,11 @@ class Plan:
                 self.tape_note = tape
             else:
                 if len(self._tapes) >= TAPES_KEPT:
-                    del self._tapes[next(iter(self._tapes))]
+                    evicted = next(iter(self._tapes))
+                    del self._tapes[evicted]
+                    self._tape_used.pop(evicted, None)
                 self._tapes[sizes], self._replayed = tape, tape
+                self._tape_used[sizes] = self.calls
                 self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
         self.calls += 1
         return output
@@ -286,8 +296,16 @@ class Plan:
         """Forget the tapes that launch `bound`'s kernels (it is gone, and another bound may take its kernels)."""
         if any(bound in tape.bounds for tape in self._tapes.values()):  # (a new length per call: mostly none)
             self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
+            self._tape_used = {sizes: used for sizes, used in self._tape_used.items() if sizes in self._tapes}
         if self._replayed is not None and bound in self._replayed.bounds:
             self._replayed = None
+
+    def _room_for_tape(self) -> bool:
+        """Whether a new tape may be recorded: there is room, or the least recently replayed tape has gone
+        STALE_TAPE_CALLS calls without a replay (it then makes room)."""
+        if len(self._tapes) < TAPES_KEPT:
+            return True
+        return self.calls - self._tape_used.get(next(iter(self._tapes)), 0) >= STALE_TAPE_CALLS
 
     def _records_tape(self) -> bool:
         """Whether this steady call records a tape: while tapes replay, and now and then after several in a row

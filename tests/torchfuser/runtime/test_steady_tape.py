@@ -240,6 +240,41 @@ def test_a_new_length_past_the_kept_bounds_drops_only_the_tapes_of_the_bound_it_
         assert plan.tape_calls == replayed + 1
 
 
+def test_lengths_cycling_past_the_kept_tapes_still_replay_the_tapes_kept(monkeypatch):
+    """A generate longer than TAPES_KEPT tokens, run again, cycles through more lengths than there are tapes: the
+    kept tapes stay and replay (an LRU evicting one for each new recording left none to replay), and a tape that
+    has gone STALE_TAPE_CALLS calls unreplayed makes room for a new one."""
+    from torchfuser.runtime import executor
+
+    monkeypatch.setattr(executor, "TAPES_KEPT", 3)
+    monkeypatch.setattr(executor, "STALE_TAPE_CALLS", 12)
+
+    def f(x):
+        return torch.softmax(x * 2, dim=-1) + 1
+
+    compiled = torch.compile(f, backend="torchfuser", dynamic=True)
+    cycle = [3, 4, 5, 6, 7]  # five lengths, three tapes
+    with torch.no_grad():
+        for _ in range(4):
+            for n in cycle:
+                x = torch.randn(2, n)
+                torch.testing.assert_close(compiled(x), f(x), **TOL)
+        plan = torchfuser.last_report().plan
+        replayed = plan.tape_calls
+        for _ in range(2):  # the kept lengths replay every cycle
+            for n in cycle:
+                compiled(torch.randn(2, n))
+        cycled = plan.tape_calls - replayed
+        for _ in range(4):  # other lengths only: the kept tapes go stale and make room
+            for n in (9, 10):
+                x = torch.randn(2, n)
+                torch.testing.assert_close(compiled(x), f(x), **TOL)
+    if zero_copy():
+        assert cycled == 2 * 3
+        # length 3's tape, the least recently replayed, went stale at length 10's fourth call and made room
+        assert {max(sizes) for sizes in plan._tapes} == {4, 5, 10}
+
+
 def test_a_plan_with_symbols_chains_the_launches_whose_grids_are_the_same_at_every_length():
     """Two small kernels on static tensors run as one chained launch in every length's tape; the KV-cache-like
     cat and the reduction after it, whose grids follow the length, keep launches of their own."""
