@@ -1,7 +1,7 @@
 """The generate bench's tables: every way's steady and new-prompt tokens/s against eager's, and the static-cache
-line (formatting only: the rows themselves take a minute of HF generates, run by `--only generate`)."""
+and long-generate lines (formatting only: the rows themselves take a minute of HF generates, run by `--only generate`)."""
 
-from torchfuser.tools.bench.generate import format_generate, format_static_cache
+from torchfuser.tools.bench.generate import LONG_TOKENS, format_generate, format_long_generate, format_static_cache
 
 
 def test_generate_table_compares_steady_and_new_prompt_rates_with_eager():
@@ -20,3 +20,11 @@ def test_static_cache_line():
            "replayed": (90, 96)}
     assert format_static_cache([row]) == ("llama 4x512 static cache: eager 70.0 tokens/s, torchfuser 105.0 (1.50x "
                                           "eager), same tokens True, 90 of 96 calls replayed from a tape")
+
+
+def test_long_generate_line():
+    row = {"name": "gpt2", "same": True, "tokens_per_second": {"eager": 60.0, "torchfuser dynamic": 81.0},
+           "replayed": (700, 1100)}
+    assert format_long_generate([row]) == (f"gpt2 4x512, {LONG_TOKENS} new tokens again and again: eager 60.0 "
+                                           "tokens/s, torchfuser dynamic 81.0 (1.35x eager), same tokens True, 700 of "
+                                           "1100 calls replayed from a tape")

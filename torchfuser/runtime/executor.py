@@ -42,10 +42,10 @@ PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
 TAPES_KEPT = 64  # tapes a plan with symbols keeps, one per symbol values (the oldest goes first)
 # ...but only once it has gone this many calls without a replay: a generate longer than TAPES_KEPT tokens, run
-# again, cycles through more lengths than there are tapes, and evicting the least recently used one for each
-# new recording left none to replay (every step paid a recording and replayed nothing: 73 against 84 tokens/s,
-# GPT-2 at 128 new tokens)
-STALE_TAPE_CALLS = 2 * TAPES_KEPT
+# again, cycles through more lengths than there are tapes, and evicting the least recently replayed one for each
+# new recording left none to replay (every step paid a recording, none replayed). Longer than such a cycle (a
+# generate of up to ~1000 tokens), so the kept tapes replay in every one; new lengths walk meanwhile.
+STALE_TAPE_CALLS = 16 * TAPES_KEPT
 SIZES_KEPT = 256  # distinct symbol values a plan records
 
 
@@ -226,26 +226,32 @@ class Plan:
             sizes = self.bindings.values(args)
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
-        tape = self._tapes.pop(sizes, None)  # dropped if a replay raises
+        tape = self._tapes.pop(sizes, None)  # kept again only if it replays (dropped if a replay raises)
         profiled = self._profiled()
-        if tape is not None and trusted and not self._running:
-            for kept, j in self._symbol_writes:  # the kernels read them: the walk writes them at their steps
-                kept.write(args[j])
-            if tape is not self._replayed:  # a walk or another tape set the Bounds' kernels since it last ran
-                tape.forget()
-            events = [] if profiled else None
-            output = tape.replay(args, events)
-            if output is not None:
-                self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
-                self._tape_used[sizes] = self.calls
-                self.tape_calls += 1
-                if events is None:
-                    self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
-                else:
-                    self._count(events, True)
-                self.calls += 1
-                return output
-            self._tape_declines += 1
+        replayed = False
+        try:
+            if tape is not None and trusted and not self._running:
+                for kept, j in self._symbol_writes:  # the kernels read them: the walk writes them at their steps
+                    kept.write(args[j])
+                if tape is not self._replayed:  # a walk or another tape set the Bounds' kernels since it last ran
+                    tape.forget()
+                events = [] if profiled else None
+                output = tape.replay(args, events)
+                if output is not None:
+                    replayed = True
+                    self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
+                    self._tape_used[sizes] = self.calls
+                    self.tape_calls += 1
+                    if events is None:
+                        self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
+                    else:
+                        self._count(events, True)
+                    self.calls += 1
+                    return output
+                self._tape_declines += 1
+        finally:
+            if tape is not None and not replayed:
+                _untaped(tape)
         self._replayed = None  # the walk sets the Bounds' kernels
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
@@ -284,8 +290,10 @@ class Plan:
             else:
                 if len(self._tapes) >= TAPES_KEPT:
                     evicted = next(iter(self._tapes))
-                    del self._tapes[evicted]
+                    _untaped(self._tapes.pop(evicted))
                     self._tape_used.pop(evicted, None)
+                for bound in tape.bounds:
+                    bound.tapes += 1
                 self._tapes[sizes], self._replayed = tape, tape
                 self._tape_used[sizes] = self.calls
                 self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
@@ -294,7 +302,10 @@ class Plan:
 
     def drop_tapes_using(self, bound) -> None:
         """Forget the tapes that launch `bound`'s kernels (it is gone, and another bound may take its kernels)."""
-        if any(bound in tape.bounds for tape in self._tapes.values()):  # (a new length per call: mostly none)
+        if bound.tapes:
+            for tape in self._tapes.values():
+                if bound in tape.bounds:
+                    _untaped(tape)
             self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
             self._tape_used = {sizes: used for sizes, used in self._tape_used.items() if sizes in self._tapes}
         if self._replayed is not None and bound in self._replayed.bounds:
@@ -422,6 +433,13 @@ class _KeptSymbol:
 
 _SIZE_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
                     operator.truediv, torch.sym_max, torch.sym_min, torch.sym_int, torch.sym_float}
+
+
+def _untaped(tape: SteadyTape) -> None:
+    """A tape the plan no longer keeps: its Bounds count one kept tape fewer (kernel_step evicts untaped ones
+    first)."""
+    for bound in tape.bounds:
+        bound.tapes -= 1
 
 
 def _profiles(calls: int) -> bool:

@@ -23,7 +23,9 @@ from torchfuser.runtime.launch import configure
 from torchfuser.runtime.memory import OutputLayout
 from torchfuser.runtime.virtual_views import real
 
-BOUNDS_KEPT = 64  # bound launches a kernel step keeps, one per input layout (the oldest goes first)
+# bound launches a kernel step keeps, one per input layout: the oldest goes first, but one a kept tape launches
+# only where every one is (twice executor.TAPES_KEPT: the kept tapes' and as many for the lengths walked)
+BOUNDS_KEPT = 128
 
 
 class KernelStep:
@@ -109,12 +111,12 @@ class KernelStep:
 
     def _evicted(self, call: Call, builts) -> Bound | None:
         """Layouts that keep changing (a KV cache one longer each call) must not grow the bounds without end:
-        at BOUNDS_KEPT the oldest one goes, and gives its kernel copies (and claim cell) to the new bound where
+        at BOUNDS_KEPT the oldest one that no kept tape launches goes (else the oldest, and its tapes), and gives its kernel copies (and claim cell) to the new bound where
         it ran the same kernels (a copy of each kernel per call costs more than the kernel). Only in a call that
         is not re-entrant: no other call of the plan is running, so each of its launches has been waited for."""
         if len(self.bound) < BOUNDS_KEPT:
             return None
-        key = next(iter(self.bound))
+        key = next((k for k, bound in self.bound.items() if not bound.tapes), None) or next(iter(self.bound))
         oldest = self.bound.pop(key)
         if oldest is self.last:
             self.last = None

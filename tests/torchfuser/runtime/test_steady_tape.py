@@ -214,9 +214,10 @@ def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
         assert plan.tape_calls >= 12  # each length's third call on
 
 
-def test_a_new_length_past_the_kept_bounds_drops_only_the_tapes_of_the_bound_it_evicts(monkeypatch):
-    """Past BOUNDS_KEPT lengths each new one evicts the oldest length's Bound: the tapes of other lengths stay
-    (dropping them all made a long-running generate loop replay nothing)."""
+def test_a_new_length_past_the_kept_bounds_evicts_a_bound_no_kept_tape_launches(monkeypatch):
+    """Past BOUNDS_KEPT lengths each new one evicts the oldest Bound that no kept tape launches: the tapes stay
+    (dropping them made a long-running generate loop replay nothing). Only where every Bound is a tape's does the
+    oldest go, with its tape alone."""
     from torchfuser.runtime import kernel_step
 
     monkeypatch.setattr(kernel_step, "BOUNDS_KEPT", 4)
@@ -230,14 +231,24 @@ def test_a_new_length_past_the_kept_bounds_drops_only_the_tapes_of_the_bound_it_
             x = torch.randn(2, n)
             torch.testing.assert_close(compiled(x), f(x), **TOL)
         plan = torchfuser.last_report().plan
-        for n in (6, 7, 8):  # new lengths: the third evicts length 3's Bounds (and tape), not length 5's
+        for n in (6, 7, 8, 9):  # new lengths, walked: each past the fourth evicts an untaped Bound (6's, 7's)
             x = torch.randn(2, n)
             torch.testing.assert_close(compiled(x), f(x), **TOL)
         replayed = plan.tape_calls
-        x = torch.randn(2, 5)
-        torch.testing.assert_close(compiled(x), f(x), **TOL)
+        for n in (3, 5):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(compiled(x), f(x), **TOL)
+        kept = plan.tape_calls - replayed
+        for n in (8, 8, 9, 9):  # two more tapes: every Bound a tape's
+            compiled(torch.randn(2, n))
+        compiled(torch.randn(2, 10))  # evicts the oldest, length 3's, and its tape alone
+        replayed = plan.tape_calls
+        for n in (3, 5, 8, 9):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(compiled(x), f(x), **TOL)
     if zero_copy():
-        assert plan.tape_calls == replayed + 1
+        assert kept == 2
+        assert plan.tape_calls - replayed == 3
 
 
 def test_lengths_cycling_past_the_kept_tapes_still_replay_the_tapes_kept(monkeypatch):

@@ -27,7 +27,8 @@ from torchfuser.tools.bench.cnn import CNNS, cnn_row
 from torchfuser.tools.bench.peers import TIMES_NOTE
 from torchfuser.tools.bench.gemm import format_gemm, format_mlp, gemm_rows, mlp_row
 from torchfuser.tools.bench.generate import (
-    dynamic_cost_row, format_dynamic_cost, format_generate, format_static_cache, generate_row, static_cache_row,
+    dynamic_cost_row, format_dynamic_cost, format_generate, format_long_generate, format_static_cache, generate_row,
+    long_generate_row, static_cache_row,
 )
 from torchfuser.tools.bench.latency import DECODE_BLOCKS, decode_row, format_latency, gemv_row, small_row
 from torchfuser.tools.bench.pointwise import SIZES, WORKLOADS, format_rows, run_pointwise
@@ -136,7 +137,9 @@ def main(argv=None) -> int:
         print(format_dynamic_cost(cost), flush=True)
         static = [timed("generate", lambda: static_cache_row(name, max(3, args.repeats // 3)))
                   for name in ("gpt2", "llama")]
-        print(format_static_cache(static) + "\n", flush=True)
+        print(format_static_cache(static), flush=True)
+        long = [timed("generate", lambda: long_generate_row("gpt2", max(3, args.repeats // 3)))]
+        print(format_long_generate(long) + "\n", flush=True)
     if fma or copy:  # the same probes again: how far the machine drifted while the rows ran
         again = timed("ceilings", lambda: format_ceilings(copy_bandwidth() if copy else None,
                                                           fma_ceiling() if fma else None))

@@ -8,7 +8,8 @@ length, steady tokens/s (interleaved rounds of whole generates, order rotated), 
 prompts are new lengths (every cache length unseen: a user's generate, with no replayed tape), and whether
 the tokens equal eager's. Then the cost of dynamic shapes: one decode step at a fixed cache length through a
 plan compiled for that shape (dynamic=False) and through the symbolic plan (dynamic=True), timed side by side.
-And generate() with the static cache, eager and torchfuser.
+And generate() with the static cache, eager and torchfuser; and GPT-2 generating LONG_TOKENS tokens again and
+again (more lengths than a plan keeps tapes for), eager and torchfuser with dynamic=True.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ NEW_TOKENS = 32
 PROMPTS = (12, 19)  # the first generate's prompt length, then another
 # then generates whose cache lengths none before had (tokens/s without a replayed tape of any of their lengths)
 NEW_PROMPTS = (60, 100, 140)
+# a generate past executor.TAPES_KEPT lengths: run again, it cycles through more lengths than a plan keeps tapes for
+LONG_TOKENS = 160
 WAYS = ("eager", "inductor", "torchfuser", "torchfuser dynamic")  # the last: compiled with dynamic=True
 
 
@@ -40,9 +43,9 @@ def _model(name: str):
     return LlamaForCausalLM(config).eval()
 
 
-def _generate(model, ids, **options):
-    return model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                          pad_token_id=0, **options)
+def _generate(model, ids, tokens: int = NEW_TOKENS, **options):
+    return model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0,
+                          **options)
 
 
 def _medians(generates: dict, repeats: int) -> dict:
@@ -119,14 +122,40 @@ def static_cache_row(name: str, repeats: int) -> dict:
             "replayed": (sum(p.tape_calls for p in plans), sum(p.calls for p in plans))}
 
 
+def long_generate_row(name: str, repeats: int) -> dict:
+    """generate() of LONG_TOKENS new tokens from one prompt, again and again (a job generating many sequences from
+    prompts of one length), eager vs torchfuser with dynamic=True: tokens/s, the same tokens, and how many decode
+    calls replayed a tape, where there are more lengths than a plan keeps tapes for."""
+    base = _model(name)
+    ids = torch.randint(1, base.config.vocab_size, (1, PROMPTS[0]))
+    model = copy.deepcopy(base)
+    model.forward = torch.compile(model.forward, backend="torchfuser", dynamic=True)
+    ways = {"eager": base, "torchfuser dynamic": model}
+    with torchfuser.collect_reports() as reports:
+        tokens = {way: _generate(m, ids, LONG_TOKENS) for way, m in ways.items()}
+        medians = _medians({way: (lambda m=m: _generate(m, ids, LONG_TOKENS)) for way, m in ways.items()}, repeats)
+    plans = [r.plan for r in reports if r.plan is not None]
+    torch._dynamo.reset()
+    return {"name": name, "same": torch.equal(tokens["eager"], tokens["torchfuser dynamic"]),
+            "tokens_per_second": {way: LONG_TOKENS / medians[way] for way in ways},
+            "replayed": (sum(p.tape_calls for p in plans), sum(p.calls for p in plans))}
+
+
 def format_static_cache(rows: list[dict]) -> str:
-    lines = []
-    for row in rows:
-        rates, (replayed, calls) = row["tokens_per_second"], row["replayed"]
-        lines.append(f"{row['name']} 4x512 static cache: eager {rates['eager']:.1f} tokens/s, torchfuser "
-                     f"{rates['torchfuser']:.1f} ({rates['torchfuser'] / rates['eager']:.2f}x eager), same tokens "
-                     f"{row['same']}, {replayed} of {calls} calls replayed from a tape")
-    return "\n".join(lines)
+    return "\n".join(_against_eager(f"{row['name']} 4x512 static cache", row, "torchfuser") for row in rows)
+
+
+def format_long_generate(rows: list[dict]) -> str:
+    return "\n".join(_against_eager(f"{row['name']} 4x512, {LONG_TOKENS} new tokens again and again", row,
+                                    "torchfuser dynamic") for row in rows)
+
+
+def _against_eager(title: str, row: dict, way: str) -> str:
+    """One line: eager's and `way`'s tokens/s, whether their tokens agree, and the calls replayed from a tape."""
+    rates, (replayed, calls) = row["tokens_per_second"], row["replayed"]
+    return (f"{title}: eager {rates['eager']:.1f} tokens/s, {way} {rates[way]:.1f} "
+            f"({rates[way] / rates['eager']:.2f}x eager), same tokens {row['same']}, {replayed} of {calls} calls "
+            "replayed from a tape")
 
 
 def dynamic_cost_row(name: str, repeats: int, cache_length: int = 64) -> dict:
