@@ -2,8 +2,9 @@
 
 A steady call (executor.Plan.run) finds its step's launch of the call before without looking at its arguments'
 layouts; other calls look it up by layout (and symbol values, for a node whose own sizes are symbolic), binding a
-new one the first time. Layouts that keep changing (a KV cache) keep at most BOUNDS_KEPT, the oldest handing its
-kernel copies to the new one. A node whose kernel does not build for a layout runs in PyTorch from then on.
+new one the first time. Layouts that keep changing (a KV cache) keep at most BOUNDS_KEPT, the oldest that no kept
+tape launches handing its kernel copies to the new one. A node whose kernel does not build for a layout runs in
+PyTorch from then on.
 """
 
 from __future__ import annotations
@@ -111,12 +112,14 @@ class KernelStep:
 
     def _evicted(self, call: Call, builts) -> Bound | None:
         """Layouts that keep changing (a KV cache one longer each call) must not grow the bounds without end:
-        at BOUNDS_KEPT the oldest one that no kept tape launches goes (else the oldest, and its tapes), and gives its kernel copies (and claim cell) to the new bound where
-        it ran the same kernels (a copy of each kernel per call costs more than the kernel). Only in a call that
-        is not re-entrant: no other call of the plan is running, so each of its launches has been waited for."""
+        at BOUNDS_KEPT the oldest one that no kept tape launches goes (else the oldest, and its tapes), and gives
+        its kernel copies (and claim cell) to the new bound where it ran the same kernels (a copy of each kernel
+        per call costs more than the kernel). Only in a call that is not re-entrant: no other call of the plan is
+        running, so each of its launches has been waited for."""
         if len(self.bound) < BOUNDS_KEPT:
             return None
-        key = next((k for k, bound in self.bound.items() if not bound.tapes), None) or next(iter(self.bound))
+        untaped = (k for k, bound in self.bound.items() if not bound.tapes)
+        key = next(untaped, next(iter(self.bound)))
         oldest = self.bound.pop(key)
         if oldest is self.last:
             self.last = None
