@@ -111,9 +111,12 @@ def tune_gemm(runtime, kernel: GemmKernel, inputs, search: str | None = None, si
             from torch._subclasses.fake_tensor import unset_fake_temporarily
 
             with unset_fake_temporarily(), torch.no_grad():  # compilers run under fake mode: time real data
-                record = _search(runtime, kernel, [_real_like(t) for t in inputs])
-            if record["source"] == "tuned":
+                record, busy = _search(runtime, kernel, [_real_like(t) for t in inputs])
+            if busy is None or busy <= BUSY_SHARE:
                 database.put(device.identity, key, {k: v for k, v in record.items() if k != "source"})
+            else:
+                record["source"] = (f"tuned while other processes took {busy:.0%} of the CPUs: used in this process, "
+                                    "not kept")
     if record is None:
         why = _not_searched(search, flops, streams)
         variant = default_variant(device.type_name, inputs[1].shape[-1], mm_rows(inputs))
@@ -142,10 +145,11 @@ def _real_like(t: torch.Tensor) -> torch.Tensor:
     return base.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
-def _search(runtime, kernel: GemmKernel, inputs) -> dict:
+def _search(runtime, kernel: GemmKernel, inputs) -> tuple[dict, float | None]:
     """Build and check every candidate, then time the correct ones in interleaved rounds (medians): the load
     of a shared machine changes by the second, and sequential timing would hand the win to whichever
-    candidate ran in a quiet moment."""
+    candidate ran in a quiet moment. Returns the record and the share of the CPUs other processes took
+    meanwhile (None: not known)."""
     m, k, n = kernel.mnk(inputs)
     expected = kernel.reference(*inputs)
     # small plain mms: also the rows schedule; a convolution's patches: the packed schedule alone
@@ -203,10 +207,7 @@ def _search(runtime, kernel: GemmKernel, inputs) -> dict:
     if elapsed > PROGRESS_AFTER_SECONDS:  # long searches say what they did (a live bar on terminals)
         print(f"{chr(13) if live else ''}torchfuser: tuned GEMM {m}x{n}x{k}: {winner} of {len(candidates)} "
               f"variants in {elapsed:.1f} s", file=sys.stderr)
-    busy = others.share()
-    source = ("tuned" if busy is None or busy <= BUSY_SHARE else
-              f"tuned while other processes took {busy:.0%} of the CPUs: used in this process, not kept")
-    return {"winner": winner, "candidates": times, "rejected": rejected, "source": source}
+    return {"winner": winner, "candidates": times, "rejected": rejected, "source": "tuned"}, others.share()
 
 
 _scratch: list = []

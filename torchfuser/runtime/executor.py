@@ -201,7 +201,6 @@ class Plan:
         self._ahead: dict = {}  # what a call's lingering workers read ahead (Call.ahead), from the last call
         # symbol values -> the launches of a steady call with them, to replay (one entry, (), without symbols)
         self._tapes: dict[tuple, SteadyTape] = {}  # least recently replayed first
-        self._tape_used: dict[tuple, int] = {}  # symbol values -> the call that last recorded or replayed its tape
         self._replayed: SteadyTape | None = None  # the tape that set the Bounds' kernels last, if one did
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
@@ -240,7 +239,7 @@ class Plan:
                 if output is not None:
                     replayed = True
                     self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
-                    self._tape_used[sizes] = self.calls
+                    tape.used = self.calls
                     self.tape_calls += 1
                     if events is None:
                         self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
@@ -289,13 +288,11 @@ class Plan:
                 self.tape_note = tape
             else:
                 if len(self._tapes) >= TAPES_KEPT:
-                    evicted = next(iter(self._tapes))
-                    _untaped(self._tapes.pop(evicted))
-                    self._tape_used.pop(evicted, None)
+                    _untaped(self._tapes.pop(next(iter(self._tapes))))
                 for bound in tape.bounds:
                     bound.tapes += 1
                 self._tapes[sizes], self._replayed = tape, tape
-                self._tape_used[sizes] = self.calls
+                tape.used = self.calls
                 self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
         self.calls += 1
         return output
@@ -307,7 +304,6 @@ class Plan:
                 if bound in tape.bounds:
                     _untaped(tape)
             self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
-            self._tape_used = {sizes: used for sizes, used in self._tape_used.items() if sizes in self._tapes}
         if self._replayed is not None and bound in self._replayed.bounds:
             self._replayed = None
 
@@ -316,7 +312,7 @@ class Plan:
         STALE_TAPE_CALLS calls without a replay (it then makes room)."""
         if len(self._tapes) < TAPES_KEPT:
             return True
-        return self.calls - self._tape_used.get(next(iter(self._tapes)), 0) >= STALE_TAPE_CALLS
+        return self.calls - next(iter(self._tapes.values())).used >= STALE_TAPE_CALLS
 
     def _records_tape(self) -> bool:
         """Whether this steady call records a tape: while tapes replay, and now and then after several in a row

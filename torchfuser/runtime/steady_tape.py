@@ -105,7 +105,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds")
+                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds", "used")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -280,6 +280,7 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     derived = {j for j in (input_of.get(storage_span(_root(t))[0]) for t in recorder.derived_from) if j is not None}
     transformed = {storage_span(t)[0] for t in recorder.transformed}  # whose inputs are `derived`
     tape = SteadyTape()
+    tape.used = 0  # the plan's call that last recorded or replayed it (executor.Plan keeps tapes by it)
     tape.fresh_layouts, tape.fresh_ptrs, fresh_of, fresh_tensors = [], [], {}, []
     tape.checks = []  # host_ops.host_check of launches whose checked indices are all graph inputs
     sources = []  # per launch: (argument position, ("in", input) or ("out", fresh output)) for what can move
