@@ -76,7 +76,7 @@ class Bound:
 
     __slots__ = ("launch", "builts", "kernels", "exclusive", "typed", "armed", "outputs", "label", "prepares", "sized",
                  "arguments", "lane", "split_dim", "cut", "recent_cuts", "widened", "cell", "claim_arguments",
-                 "planned", "planned_buffers", "memo", "offsets", "addresses", "spare", "tapes")
+                 "planned", "planned_buffers", "memo", "offsets", "addresses", "spare", "tapes", "calls")
 
     def __init__(self, launch: Launch, builts: list | None, label: str, exclusive: bool = False,
                  lane: str = THREADED, split: tuple[int, int] | None = None, cell: Cell | None = None,
@@ -84,6 +84,7 @@ class Bound:
         self.launch, self.builts, self.label, self.lane = launch, builts or [], label, lane
         self.sized = False  # a plan's Bound for one set of symbol values (its grid and arguments may follow them)
         self.tapes = 0  # the plan's kept tapes that launch it (executor.Plan)
+        self.calls = 0  # the plan's calls that ran it (kernel_step.KernelStep)
         self.split_dim, self.cut = split or (0, None)  # a split launch: the dim it divides and where
         # a claimed split launch (its kernels are the claimed form): its counter cell and the claimed form's
         # trailing arguments (the cell, the dim whose indices are claimed, the grid)

@@ -2,8 +2,9 @@
 
 A steady call (executor.Plan.run) finds its step's launch of the call before without looking at its arguments'
 layouts; other calls look it up by layout (and symbol values, for a node whose own sizes are symbolic), binding a
-new one the first time. Layouts that keep changing (a KV cache) keep at most BOUNDS_KEPT, the oldest that no kept
-tape launches handing its kernel copies to the new one. A node whose kernel does not build for a layout runs in
+new one the first time. Layouts that keep changing (a KV cache) hand the kernel copies of the last call's bound to
+the new one, where its sizes came once; at most BOUNDS_KEPT are kept, the oldest that no kept tape launches
+handing its kernel copies to the new one. A node whose kernel does not build for a layout runs in
 PyTorch from then on.
 """
 
@@ -32,14 +33,15 @@ BOUNDS_KEPT = 128
 class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
-    __slots__ = ("target", "name", "plan", "bound", "last", "blocks", "trusts_layouts", "long_lived", "symbolic",
-                 "reads_virtual", "sized_layouts", "reshaped")
+    __slots__ = ("target", "name", "plan", "bound", "last", "last_key", "blocks", "trusts_layouts", "long_lived",
+                 "symbolic", "reads_virtual", "sized_layouts", "reshaped")
 
     def __init__(self, target: FusedKernel, name: str, plan, blocks: list | None, trusts_layouts: bool,
                  long_lived: list[bool], reads_virtual: bool = False, sized_layouts: bool = True):
         self.target, self.name, self.plan = target, name, plan  # the executor.Plan it is a step of
         self.bound: dict[tuple, Bound] = {}
         self.last: Bound | None = None  # the launch of the last call
+        self.last_key: tuple | None = None  # its key in self.bound
         self.blocks = blocks  # planned block per output, or None: fresh outputs (they reach the graph's outputs)
         self.trusts_layouts = trusts_layouts  # every input comes from the graph's inputs or kernels
         self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
@@ -65,7 +67,8 @@ class KernelStep:
                     if bound is None:
                         args = [real(a) for a in args]
                         bound = self._bind(call, target, args, key)
-                    self.last = bound
+                    self.last, self.last_key = bound, key
+                bound.calls += 1
                 if bound.prepares and self.reads_virtual:  # host-side preparation reads tensors
                     reads = bound.launch.prepare_reads
                     if reads != ():
@@ -111,20 +114,27 @@ class KernelStep:
         return bound
 
     def _evicted(self, call: Call, builts) -> Bound | None:
-        """Layouts that keep changing (a KV cache one longer each call) must not grow the bounds without end:
-        at BOUNDS_KEPT the oldest one that no kept tape launches goes (else the oldest, and its tapes), and gives
-        its kernel copies (and claim cell) to the new bound where it ran the same kernels (a copy of each kernel
-        per call costs more than the kernel). Only in a call that is not re-entrant: no other call of the plan is
-        running, so each of its launches has been waited for."""
-        if len(self.bound) < BOUNDS_KEPT:
+        """The bound that gives its kernel copies (and claim cell) to a new one, taken out of the kept ones, where
+        it ran the same kernels (a copy of each kernel per call costs more than a small kernel runs; the new one
+        then sets only the arguments that differ). Layouts that keep changing (a KV cache one longer each call)
+        must not grow the bounds without end, nor copy kernels each call: the last call's bound goes where it
+        was for sizes that came once (it ran in one call, no kept tape launches it: the sizes of a generate), else
+        at BOUNDS_KEPT the oldest one that no kept tape launches (else the oldest, and its tapes). Only in a call
+        that is not re-entrant: no other call of the plan is running, so each of its launches has been waited for."""
+        last = self.last
+        if (self.sized_layouts and last is not None and last.calls == 1 and not last.tapes and call.planned
+                and builts and last.builts is builts):
+            key = self.last_key
+        elif len(self.bound) >= BOUNDS_KEPT:
+            untaped = (k for k, bound in self.bound.items() if not bound.tapes)
+            key = next(untaped, next(iter(self.bound)))
+        else:
             return None
-        untaped = (k for k, bound in self.bound.items() if not bound.tapes)
-        key = next(untaped, next(iter(self.bound)))
-        oldest = self.bound.pop(key)
-        if oldest is self.last:
+        gone = self.bound.pop(key)
+        if gone is last:
             self.last = None
-        self.plan.drop_tapes_using(oldest)  # they launch its kernels, which the new bound may take
-        return oldest if call.planned and builts and oldest.builts is builts else None
+        self.plan.drop_tapes_using(gone)  # they launch its kernels, which the new bound may take
+        return gone if call.planned and builts and gone.builts is builts else None
 
 
 def _dead():

@@ -214,6 +214,37 @@ def test_a_plan_with_symbols_replays_a_tape_per_length_that_comes_again():
         assert plan.tape_calls >= 12  # each length's third call on
 
 
+def test_a_growing_length_hands_each_bounds_kernels_on_to_the_next(monkeypatch):
+    """A length that came once (a generate's, one longer each call) gives its Bound's kernel copies to the next
+    length's Bound: no kernel copied per call, the results still the eager ones; a length that came again keeps
+    its Bound."""
+    from torchfuser.runtime import bound as bound_module
+
+    copies = []
+    copy_kernel = bound_module.copy_kernel
+    monkeypatch.setattr(bound_module, "copy_kernel", lambda kernel: copies.append(1) or copy_kernel(kernel))
+
+    def f(x):
+        return torch.softmax(x * 2, dim=-1) + 1
+
+    compiled = torch.compile(f, backend="torchfuser", dynamic=True)
+    with torch.no_grad():
+        for n in (3, 3, 3, 4):
+            compiled(torch.randn(2, n))
+        plan = torchfuser.last_report().plan
+        steps = [target for _, kind, target, *_ in plan.steps if kind == KERNEL]
+        copied = len(copies)
+        for n in range(5, 40):
+            x = torch.randn(2, n)
+            x[0, n // 2] = float("inf") if n % 2 else float("nan")
+            torch.testing.assert_close(compiled(x), f(x), equal_nan=True, **TOL)
+        assert len(copies) == copied
+        assert all(len(step.bound) == 2 for step in steps if step.sized_layouts)  # 3's (it came again) and 39's
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(compiled(x), f(x), **TOL)
+        assert len(copies) == copied
+
+
 def test_a_new_length_past_the_kept_bounds_evicts_a_bound_no_kept_tape_launches(monkeypatch):
     """Past BOUNDS_KEPT lengths each new one evicts the oldest Bound that no kept tape launches: the tapes stay
     (dropping them made a long-running generate loop replay nothing). Only where every Bound is a tape's does the
