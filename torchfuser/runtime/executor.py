@@ -30,15 +30,16 @@ from torchfuser.ir.kernels import FusedKernel
 from torchfuser.ir.liveness import buffer_owners, last_uses
 from torchfuser.ir.symbolic import Bindings, is_symbolic, symbol_tensor, tensor_has_symbols
 from torchfuser.runtime.call import Call, KernelStats, Runtime, tensors_in
+from torchfuser.runtime.kernel_counts import KernelCounts
 from torchfuser.runtime.kernel_step import KernelStep
 from torchfuser.runtime.memory import PlannedBlocks
 from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
+from torchfuser.runtime.resized_tape import ResizedTape, resizable
 from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.virtual_views import VirtualView, virtual_view
 
-PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
 TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
 TAPES_KEPT = 64  # tapes a plan with symbols keeps, one per symbol values (the oldest goes first)
 # ...but only once it has gone this many calls without a replay: a generate longer than TAPES_KEPT tokens, run
@@ -152,6 +153,7 @@ class Plan:
         reshaped = reshaped_results(nodes, blocks, virtual)
         self.size = len(nodes)
         self.placeholders = [index[n] for n in nodes if n.op == "placeholder"]
+        self._sized_inputs = {j for j, n in enumerate(n for n in nodes if n.op == "placeholder") if _sized_layout(n)}
         self._symbol_writes: list[tuple] = []  # (kept symbol tensor, the integer input it holds)
         self.steps = []
         for i, node in enumerate(nodes):
@@ -179,7 +181,8 @@ class Plan:
                     target = KernelStep(node.target, node.name, self, blocks.of.get(node),
                                         all(i in trusted for i in node.all_input_nodes), long_lived,
                                         any(a in virtual for a in node.all_input_nodes),
-                                        any(_sized_layout(a) for a in node.all_input_nodes))
+                                        tuple([any(_sized_layout(x) for x in _flatten([a]) if isinstance(x, fx.Node))
+                                               for a in node.args]))
                     target.reshaped = next((reshaped[u] for u in node.users if u in reshaped), None)
                 cache = None
                 if (kind in (VIEW, VIRTUAL) and node.target is not operator.getitem and node not in to_output
@@ -189,12 +192,10 @@ class Plan:
                 kwargs = _fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
                 self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i]), cache))
-        self._stats: dict[str, KernelStats] = {}
-        self._unrecorded: list[list] = []  # the events of the calls since the last profiled one (at most 9)
+        self.counts = KernelCounts()
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
         self.calls = 0
-        self._profile_next = 0  # calls still to profile whatever their number (profile_next)
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
         self._running = False
@@ -204,9 +205,13 @@ class Plan:
         self._replayed: SteadyTape | None = None  # the tape that set the Bounds' kernels last, if one did
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
+        self.resized_calls = 0  # ... of them, from the resized tape
         self.tape_launches = (0, 0)  # the last tape's launches: one per kernel, and as replays run them (chained)
         # why the last steady call recorded no tape (None: it did, or none has recorded yet)
         self.tape_note: str | None = None
+        # a plan with symbols: its tape replayed at symbol values it has no tape of, or why it has none (None: not
+        # recorded yet)
+        self.resized: ResizedTape | str | None = None
 
     def kernel_for(self, spec, lane: str, claimed: bool = False) -> list:
         builts = self.built.get((spec, lane, claimed))
@@ -226,7 +231,7 @@ class Plan:
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
         tape = self._tapes.pop(sizes, None)  # kept again only if it replays (dropped if a replay raises)
-        profiled = self._profiled()
+        profiled = self.counts.profiles(self.calls)
         replayed = False
         try:
             if tape is not None and trusted and not self._running:
@@ -241,13 +246,14 @@ class Plan:
                     self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
                     tape.used = self.calls
                     self.tape_calls += 1
-                    if events is None:
-                        self._unrecorded.append(tape.unprofiled)  # counted when the stats are read
-                    else:
-                        self._count(events, True)
+                    self.counts.count(tape.unprofiled if events is None else events, events is not None)
                     self.calls += 1
                     return output
                 self._tape_declines += 1
+            elif type(self.resized) is ResizedTape and trusted and not self._running:
+                output = self._replay_resized(args, sizes, profiled)
+                if output is not None:
+                    return output
         finally:
             if tape is not None and not replayed:
                 _untaped(tape)
@@ -266,7 +272,9 @@ class Plan:
             call.ahead = self._ahead
             # a plan with symbols records a tape per symbol values, once they come again (a generate of a
             # length seen before): a first generate's every call has new ones, and recording costs a walk's time
-            repeats = call.steady_unsized and self.sizes_run.get(sizes, 0) > 1 if self.sized else call.steady
+            # (and once for its resized tape, which serves every new length)
+            repeats = (call.steady_unsized and (self.sizes_run.get(sizes, 0) > 1 or self.resized is None)
+                       if self.sized else call.steady)
             if repeats and trusted and call.planned and self._records_tape() and self._room_for_tape():
                 call.recorder = Recorder()
         self._last_signature = None
@@ -281,7 +289,7 @@ class Plan:
         if call is not None and (call.splits or self._ahead):  # most small plans split nothing: no work per call
             self._ahead = _read_ahead(call.splits)
         if call is not None and call.events:
-            self._count(call.events, profiled)
+            self.counts.count(call.events, profiled)
         if call is not None and call.recorder is not None:
             tape = record(call.recorder, args, output, self.runtime, self._ahead, shared=self.sized)
             if isinstance(tape, str):
@@ -294,11 +302,53 @@ class Plan:
                 self._tapes[sizes], self._replayed = tape, tape
                 tape.used = self.calls
                 self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
+                if self.sized and type(self.resized) is not ResizedTape:
+                    self._keep_resized(resizable(tape, call.recorder, args, self._kernel_steps(),
+                                                 self.memory.storages(), self._sized_inputs))
         self.calls += 1
         return output
 
+    def _replay_resized(self, args, sizes: tuple, profiled: bool):
+        """The call replayed from the resized tape at these sizes, or None (the plan walks its steps)."""
+        resized = self.resized
+        for kept, j in self._symbol_writes:
+            kept.write(args[j])
+        if resized is not self._replayed:
+            resized.forget()
+        # the sized steps set their Bounds' kernels, and the tape the unsized ones': the next walk looks every
+        # step's Bound up (the sized steps' last ones are this call's)
+        self._replayed = self._last_signature = None
+        events = [] if profiled else None
+        self._running = True
+        try:
+            output = resized.replay(args, sizes, self.runtime, self._ahead, events)
+        finally:
+            self._running = False
+        if output is None:
+            return None
+        self._replayed = resized
+        self.tape_calls += 1
+        self.resized_calls += 1
+        self.counts.count(resized.tape.unprofiled if events is None else events, events is not None)
+        self.calls += 1
+        return output
+
+    def _keep_resized(self, resized) -> None:
+        """Keep a new resized tape (its unsized Bounds counted as a kept tape's), or why there is none."""
+        if type(self.resized) is ResizedTape:
+            _untaped(self.resized)
+        if type(resized) is ResizedTape:
+            for bound in resized.bounds:
+                bound.tapes += 1
+        self.resized = resized
+
+    def _kernel_steps(self) -> dict:
+        return {target.name: target for _, kind, target, *_ in self.steps if kind == KERNEL}
+
     def drop_tapes_using(self, bound) -> None:
         """Forget the tapes that launch `bound`'s kernels (it is gone, and another bound may take its kernels)."""
+        if type(self.resized) is ResizedTape and bound in self.resized.bounds:
+            self._keep_resized(None)
         if bound.tapes:
             for tape in self._tapes.values():
                 if bound in tape.bounds:
@@ -368,48 +418,14 @@ class Plan:
         return self.output(env)
 
     def profile_next(self, calls: int) -> None:
-        """Profile the next `calls` calls, whatever their number (by default the first PROFILE_FIRST_CALLS are, then
-        every PROFILE_EVERY-th): kernel times of back-to-back calls, a user's steady state, after calls that ran
-        between other work (a benchmark's warm-up, its interleaved rounds)."""
-        self._profile_next = calls
-
-    def _profiled(self) -> bool:
-        if self._profile_next > 0 and self.calls > 0:  # never the first (see _profiles)
-            self._profile_next -= 1
-            return True
-        return _profiles(self.calls)
+        """Profile the next `calls` calls, whatever their number: kernel times of back-to-back calls, a user's
+        steady state, after calls that ran between other work (a benchmark's warm-up, its interleaved rounds)."""
+        self.counts.profile_next(calls)
 
     @property
     def stats(self) -> dict[str, KernelStats]:
-        """Launches and profiled seconds per kernel. A call that is not profiled only keeps its events, counted
-        when the stats are read or the next call is profiled: no loop over its launches at its end."""
-        self._count_unrecorded()
-        return self._stats
-
-    def _count_unrecorded(self) -> None:
-        pending, self._unrecorded = self._unrecorded, []
-        for events in pending:
-            for name, _ in events:
-                self._kernel_stats(name).launches += 1
-
-    def _kernel_stats(self, name: str) -> KernelStats:
-        stats = self._stats.get(name)
-        if stats is None:
-            stats = self._stats[name] = KernelStats()
-        return stats
-
-    def _count(self, events: list, profiled: bool) -> None:
-        """Count a call's launches: a profiled call's with their times now, another's (label, event) pairs when the
-        stats are read (no loop over them at the end of the call)."""
-        if not profiled:
-            self._unrecorded.append(events)
-            return
-        self._count_unrecorded()
-        for name, event in events:
-            stats = self._kernel_stats(name)
-            stats.launches += 1
-            stats.profiled += 1
-            stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+        """Launches and profiled seconds per kernel (kernel_counts.py)."""
+        return self.counts.stats
 
 
 class _KeptSymbol:
@@ -436,12 +452,6 @@ def _untaped(tape: SteadyTape) -> None:
     first)."""
     for bound in tape.bounds:
         bound.tapes -= 1
-
-
-def _profiles(calls: int) -> bool:
-    """Whether the call after `calls` calls is profiled: not the first (PoCL compiles each kernel's work-group
-    function inside its first launch), the next ones, then every PROFILE_EVERY-th."""
-    return calls > 0 and (calls < PROFILE_FIRST_CALLS or calls % PROFILE_EVERY == 0)
 
 
 def _read_ahead(splits: list) -> dict:

@@ -34,10 +34,10 @@ class KernelStep:
     """A fused node in a plan: per input layout, its Bound launch (configured and built once)."""
 
     __slots__ = ("target", "name", "plan", "bound", "last", "last_key", "blocks", "trusts_layouts", "long_lived",
-                 "symbolic", "reads_virtual", "sized_layouts", "reshaped")
+                 "symbolic", "reads_virtual", "sized_inputs", "sized_layouts", "reshaped")
 
     def __init__(self, target: FusedKernel, name: str, plan, blocks: list | None, trusts_layouts: bool,
-                 long_lived: list[bool], reads_virtual: bool = False, sized_layouts: bool = True):
+                 long_lived: list[bool], reads_virtual: bool = False, sized_inputs: tuple | None = None):
         self.target, self.name, self.plan = target, name, plan  # the executor.Plan it is a step of
         self.bound: dict[tuple, Bound] = {}
         self.last: Bound | None = None  # the launch of the last call
@@ -47,9 +47,11 @@ class KernelStep:
         self.long_lived = long_lived  # per input: a graph input, a constant or a planned result (or views)
         self.symbolic = has_symbols(target.sized_dims())
         self.reads_virtual = reads_virtual  # some input may be a VirtualView
+        # per input: its layout may depend on the graph's symbols (None: any may)
+        self.sized_inputs = sized_inputs or (True,) * len(long_lived)
         # some input's layout, or the node's own sizes, depend on the graph's symbols (else a call with new
         # symbol values but the trusted layouts of the call before gives this step the same layouts again)
-        self.sized_layouts = sized_layouts or self.symbolic
+        self.sized_layouts = any(self.sized_inputs) or self.symbolic
         # the shape its only reader views its fresh result in (plan_analysis.reshaped_results): allocated so
         self.reshaped: tuple | None = None
 

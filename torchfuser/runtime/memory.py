@@ -320,3 +320,7 @@ class PlannedBlocks:
         found = self._tensors[key] = torch.from_numpy(view)
         REWRITTEN_BY_KERNELS[id(found)] = found
         return found
+
+    def storages(self) -> set:
+        """The storage addresses of the tensors handed out (each at a block's start)."""
+        return {storage_span(t)[0] for t in self._tensors.values()}

@@ -249,9 +249,10 @@ def test_a_new_length_past_the_kept_bounds_evicts_a_bound_no_kept_tape_launches(
     """Past BOUNDS_KEPT lengths each new one evicts the oldest Bound that no kept tape launches: the tapes stay
     (dropping them made a long-running generate loop replay nothing). Only where every Bound is a tape's does the
     oldest go, with its tape alone."""
-    from torchfuser.runtime import kernel_step
+    from torchfuser.runtime import executor, kernel_step
 
     monkeypatch.setattr(kernel_step, "BOUNDS_KEPT", 4)
+    monkeypatch.setattr(executor, "resizable", lambda *_: "a tape per length only, in this test")
 
     def f(x):
         return torch.softmax(x * 2, dim=-1) + 1
@@ -290,6 +291,7 @@ def test_lengths_cycling_past_the_kept_tapes_still_replay_the_tapes_kept(monkeyp
 
     monkeypatch.setattr(executor, "TAPES_KEPT", 3)
     monkeypatch.setattr(executor, "STALE_TAPE_CALLS", 12)
+    monkeypatch.setattr(executor, "resizable", lambda *_: "a tape per length only, in this test")
 
     def f(x):
         return torch.softmax(x * 2, dim=-1) + 1

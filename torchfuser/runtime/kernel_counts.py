@@ -1,0 +1,62 @@
+"""A plan's launches and profiled seconds per kernel, and which of its calls are profiled.
+
+A call that is not profiled only keeps its (label, event) pairs, counted when the stats are read or the next
+call is profiled: no loop over its launches at its end.
+"""
+
+from __future__ import annotations
+
+from torchfuser.runtime.call import KernelStats
+
+PROFILE_FIRST_CALLS, PROFILE_EVERY = 20, 10
+
+
+class KernelCounts:
+    __slots__ = ("_stats", "_unrecorded", "_next")
+
+    def __init__(self):
+        self._stats: dict[str, KernelStats] = {}
+        self._unrecorded: list[list] = []  # the events of the calls since the last profiled one (at most 9)
+        self._next = 0  # calls still to profile whatever their number (profile_next)
+
+    def profile_next(self, calls: int) -> None:
+        """Profile the next `calls` calls, whatever their number (by default the first PROFILE_FIRST_CALLS are, then
+        every PROFILE_EVERY-th)."""
+        self._next = calls
+
+    def profiles(self, calls: int) -> bool:
+        """Whether the call after `calls` calls is profiled: not the first (PoCL compiles each kernel's work-group
+        function inside its first launch), those asked for, the next ones, then every PROFILE_EVERY-th."""
+        if self._next > 0 and calls > 0:
+            self._next -= 1
+            return True
+        return calls > 0 and (calls < PROFILE_FIRST_CALLS or calls % PROFILE_EVERY == 0)
+
+    @property
+    def stats(self) -> dict[str, KernelStats]:
+        self._count_unrecorded()
+        return self._stats
+
+    def count(self, events: list, profiled: bool) -> None:
+        """Count a call's launches: (label, event) pairs, a profiled call's with their times now."""
+        if not profiled:
+            self._unrecorded.append(events)
+            return
+        self._count_unrecorded()
+        for name, event in events:
+            stats = self._kernel_stats(name)
+            stats.launches += 1
+            stats.profiled += 1
+            stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+
+    def _count_unrecorded(self) -> None:
+        pending, self._unrecorded = self._unrecorded, []
+        for events in pending:
+            for name, _ in events:
+                self._kernel_stats(name).launches += 1
+
+    def _kernel_stats(self, name: str) -> KernelStats:
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = KernelStats()
+        return stats
