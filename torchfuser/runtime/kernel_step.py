@@ -117,8 +117,8 @@ class KernelStep:
 
     def _evicted(self, call: Call, builts) -> Bound | None:
         """The bound that gives its kernel copies (and claim cell) to a new one, taken out of the kept ones, where
-        it ran the same kernels (a copy of each kernel per call costs more than a small kernel runs; the new one
-        then sets only the arguments that differ). Layouts that keep changing (a KV cache one longer each call)
+        it ran the same kernels (copying each kernel and declaring its argument types per call costs more than
+        a small kernel runs). Layouts that keep changing (a KV cache one longer each call)
         must not grow the bounds without end, nor copy kernels each call: the last call's bound goes where it
         was for sizes that came once (it ran in one call, no kept tape launches it: the sizes of a generate), else
         at BOUNDS_KEPT the oldest one that no kept tape launches (else the oldest, and its tapes). Only in a call
