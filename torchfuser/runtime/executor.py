@@ -250,7 +250,8 @@ class Plan:
                     self.calls += 1
                     return output
                 self._tape_declines += 1
-            elif type(self.resized) is ResizedTape and trusted and not self._running:
+            elif (type(self.resized) is ResizedTape and trusted and not self._running
+                  and not self._records_length(sizes)):
                 output = self._replay_resized(args, sizes, profiled)
                 if output is not None:
                     return output
@@ -315,9 +316,9 @@ class Plan:
             kept.write(args[j])
         if resized is not self._replayed:
             resized.forget()
-        # the sized steps set their Bounds' kernels, and the tape the unsized ones': the next walk looks every
-        # step's Bound up (the sized steps' last ones are this call's)
-        self._replayed = self._last_signature = None
+        # the sized steps set their Bounds' kernels, and the tape the unsized ones'; the sized steps' last Bounds are
+        # this call's (a walk after a failed replay looks every step's Bound up)
+        last, self._replayed, self._last_signature = self._last_signature, None, None
         events = [] if profiled else None
         self._running = True
         try:
@@ -327,6 +328,8 @@ class Plan:
         if output is None:
             return None
         self._replayed = resized
+        if last is not None and last[0] == _signature(args, True, True):  # the unsized steps' last Bounds fit it
+            self._last_signature = (last[0], sizes)
         self.tape_calls += 1
         self.resized_calls += 1
         self.counts.count(resized.tape.unprofiled if events is None else events, events is not None)
@@ -356,6 +359,11 @@ class Plan:
             self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
         if self._replayed is not None and bound in self._replayed.bounds:
             self._replayed = None
+
+    def _records_length(self, sizes: tuple) -> bool:
+        """Whether a call at these symbol values walks to record their own tape rather than replay the resized one:
+        they came before (a generate run again), and a tape per length replays faster."""
+        return self.sizes_run.get(sizes, 0) > 1 and self._records_tape() and self._room_for_tape()
 
     def _room_for_tape(self) -> bool:
         """Whether a new tape may be recorded: there is room, or the least recently replayed tape has gone

@@ -127,3 +127,23 @@ def test_generate_with_new_prompt_lengths_gives_eager_tokens(dynamic):
             assert torch.equal(compiled.generate(ids, **options), model.generate(ids, **options))
     if zero_copy():
         assert sum(r.plan.resized_calls for r in reports if r.plan is not None) > 20
+
+
+def test_a_length_that_comes_again_records_a_tape_of_its_own():
+    """New lengths replay the resized tape; one that comes again walks once to record its own tape (a per-length
+    tape runs its sized launches with no Python), which its later calls replay."""
+    torch.manual_seed(0)
+    model = DecodeStep().eval()
+    compiled = torch.compile(model, backend="torchfuser", dynamic=True)
+    with torch.no_grad():
+        for n in (5, 6, 7, 8, 9):
+            compiled(torch.randn(1, 1, 32), *cache(n))
+        plan = torchfuser.last_report().plan
+        resized, replayed = plan.resized_calls, plan.tape_calls
+        for _ in range(3):
+            x, (k, v) = torch.randn(1, 1, 32), cache(8)
+            for a, b in zip(compiled(x, k, v), model(x, k, v)):
+                torch.testing.assert_close(a, b, **TOL)
+    if zero_copy():
+        assert plan.resized_calls == resized and plan.tape_calls - replayed == 2  # a walk that records, 2 replays
+        assert any(8 in sizes for sizes in plan._tapes)
