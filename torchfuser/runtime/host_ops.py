@@ -26,7 +26,7 @@ def writes_input_in_place(target) -> bool:
         and returned.before_set == written.before_set
 
 
-class _Input:
+class GraphInput:
     """Stands for graph input `index` (or the view of it with this shape, stride and offset) in a HostOp's args."""
 
     __slots__ = ("index", "view")
@@ -61,7 +61,7 @@ def host_op(target, given: tuple, kwargs: dict, inputs, input_of: dict, fresh_of
         why.append("a tensor passed by keyword")
     if why:
         return f"{name} runs in PyTorch ({why[0]})"
-    if not made or not isinstance(made[0], _Input):
+    if not made or not isinstance(made[0], GraphInput):
         return f"{name} runs in PyTorch and writes a tensor that is not a graph input"
     return HostOp(target, made, dict(kwargs))
 
@@ -79,7 +79,7 @@ def host_check(launch, label: str, given: list, inputs, input_of: dict, fresh_of
 
 
 def _template(a, inputs, input_of: dict, fresh_of: dict, why: list):
-    """What a HostOp keeps for operand `a` of the recorded call: a graph input stands as _Input, any other
+    """What a HostOp keeps for operand `a` of the recorded call: a graph input stands as GraphInput, any other
     tensor as itself (the same every call); `why` gets the reason where none of these will do."""
     if isinstance(a, (list, tuple)):
         return type(a)(_template(b, inputs, input_of, fresh_of, why) for b in a)
@@ -94,11 +94,11 @@ def _template(a, inputs, input_of: dict, fresh_of: dict, why: list):
     j = input_of.get(address)
     if j is None:
         return a  # a planned result, a weight, a constant: the same tensor every call
-    return _Input(j, None if a is inputs[j] else (tuple(a.shape), a.stride(), a.storage_offset()))
+    return GraphInput(j, None if a is inputs[j] else (tuple(a.shape), a.stride(), a.storage_offset()))
 
 
 def _resolved(a, args):
-    if type(a) is _Input:
+    if type(a) is GraphInput:
         return a.of(args)
     if isinstance(a, (list, tuple)):
         return type(a)(_resolved(b, args) for b in a)

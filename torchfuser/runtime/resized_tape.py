@@ -8,7 +8,8 @@ projections, norms and MLP read layouts no symbol reaches; only the KV cache's g
 (the `sized` launches) change. A resized tape keeps a recorded tape's launches and, for each sized one, where
 its inputs come from (a graph input, a result of an earlier launch of the call, a view of a planned result that
 no symbol reaches); a replay enqueues the unsized launches as the tape does and runs each sized one through its
-plan step at this call's sizes (its Bound found or bound by layout, kernel_step.py), between them.
+plan step at this call's sizes (its Bound found or bound by layout, kernel_step.py), between them: in the tape's
+lanes (SteadyTape.run_lanes) a sized launch is a host op, run once the workers' launches before it are done.
 
 Made from a tape (resizable) only where that is all a call at other sizes does: no PyTorch op between launches,
 each sized launch's inputs found as above, an unsized launch reading a sized one's result only through a
@@ -26,13 +27,11 @@ from __future__ import annotations
 
 import torch
 
-from torchfuser.runtime.call import Call, start_split, wait_for_workers
-from torchfuser.runtime.lanes import SPLIT, THREADED
-from torchfuser.runtime.host_ops import _Input
+from torchfuser.runtime.call import Call
+from torchfuser.runtime.host_ops import GraphInput
 from torchfuser.runtime.memory import storage_span
 from torchfuser.runtime.steady_tape import HOST, Recorder, SteadyTape
 
-_data_ptr = torch.Tensor.data_ptr
 ARG, MADE, KEPT = range(3)  # where a sized launch's input comes from: a graph input, a launch's result, as recorded
 
 
@@ -42,8 +41,8 @@ class ResizedTape:
     results a sized one reads -> per result (its fresh output index or None, the recorded tensor), None for a
     sized launch (its results are this call's)."""
 
-    __slots__ = ("tape", "sized", "made", "input_positions", "fresh_positions", "unsized_fresh", "tensor_slots",
-                 "input_ptrs", "fresh_ptrs", "bounds", "held")
+    __slots__ = ("tape", "sized", "made", "launches", "lanes", "input_positions", "fresh_positions", "unsized_fresh",
+                 "tensor_slots", "input_ptrs", "fresh_ptrs", "bounds", "held", "running")
 
     def replay(self, args, sizes: tuple, runtime, ahead: dict, events: list | None = None):
         """The call's output at these sizes, or None where the plan must walk its steps. events: where to put
@@ -66,50 +65,35 @@ class ResizedTape:
         call.planned, call.ahead = True, ahead
         made = {k: None if results is None else [o if f is None else outs[f] for f, o in results]
                 for k, results in self.made.items()}
-        worker = claimed = None
+        self.running = (call, sizes, made, outs)
         try:
-            for k, ((queue, kernel, global_size, local_size), (lane, bound, ahead_read)) in enumerate(
-                    zip(tape.launches, tape.lanes)):
-                if worker is not None and (lane != THREADED or k in self.sized):
-                    wait_for_workers(runtime, worker, claimed)
-                    worker = None
-                if k in self.sized:
-                    results = self._run_sized(k, call, args, sizes, made, outs)
-                    if k in made:
-                        made[k] = results
-                    continue
-                if lane == HOST:  # `bound` is the HostOp: an index check
-                    bound(args)
-                    continue
-                if lane == SPLIT:
-                    profiled, worker, claimed = start_split(runtime, bound, ahead_read)
-                else:
-                    profiled = tape.enqueue(queue, kernel, global_size, local_size)
-                    if lane == THREADED:
-                        worker, claimed = profiled, None
-                if events is not None:
-                    events.append((tape.labels[k], profiled))
+            tape.run_lanes(self.launches, self.lanes, events, args)  # a sized launch runs as a host op
+        except BaseException:
+            runtime.device.queue.finish()  # no worker may still write into what the caller gets back
+            raise
         finally:
-            if worker is not None:
-                wait_for_workers(runtime, worker, claimed)
+            self.running = None
             call.sync()
         if events is not None:
             events += call.events
         results = [outs[f] for f, _ in tape.output_fresh]
         return results[0] if tape.output_kind is None else tape.output_kind(results)
 
-    def _run_sized(self, k: int, call: Call, args, sizes: tuple, made: dict, outs: list):
-        """Launch k through its plan step at this call's sizes; its results (a list), the fresh ones in outs."""
+    def run_sized(self, k: int, args) -> None:
+        """Launch k through its plan step at this call's sizes (the tape's launches before it are done); its
+        fresh results go to the call's outputs."""
+        call, sizes, made, outs = self.running
         step, sources, fresh = self.sized[k]
         inputs = [args[x] if kind == ARG else made[x[0]][x[1]] if kind == MADE else x for kind, x in sources]
         result = step(call, inputs, sizes)
         call.wait_threaded()  # the tape's next launch may read it
         results = list(result) if isinstance(result, tuple) else [result]
+        if k in made:
+            made[k] = results
         for f, t in zip(fresh, results):
             if f is not None:
                 outs[f] = t
                 self._rebind_output(f, t)
-        return results
 
     def forget(self) -> None:
         """Something else set the Bounds' kernels since this tape last ran: set every buffer again (the weights'
@@ -161,7 +145,8 @@ def resizable(tape: SteadyTape, recorder: Recorder, args, steps: dict, planned_s
     if recorder.host_ops:
         return "a PyTorch op runs between its launches"
     checks = [op for lane, op, _ in tape.lanes if lane == HOST]  # index checks where a kernel writes the indices
-    if any(type(a) is _Input and a.view is not None and a.index in sized_args for op in checks for a in op.template):
+    if any(type(a) is GraphInput and a.view is not None and a.index in sized_args
+           for op in checks for a in op.template):
         return "it checks indices in a view of a graph input (its layout is the recorded call's)"
     at = [k for k, (lane, *_) in enumerate(tape.lanes) if lane != HOST]  # each launch's place in the tape
     if any(view is not None for _, view in tape.output_fresh):
@@ -208,5 +193,22 @@ def resizable(tape: SteadyTape, recorder: Recorder, args, steps: dict, planned_s
     resized.input_ptrs = [tape.input_ptrs[j] for j in resized.tensor_slots]
     resized.fresh_ptrs = list(tape.fresh_ptrs)
     resized.bounds = frozenset(bound for bound, *_ in recorder.launches if not bound.sized)
-    resized.held = {}
+    resized.held, resized.running = {}, None
+    # the tape's launches, each sized one a host op that runs it through its step
+    resized.launches = [(None, None, None, None) if k in resized.sized else launch
+                        for k, launch in enumerate(tape.launches)]
+    resized.lanes = [(HOST, _Sized(resized, k), None) if k in resized.sized else lane
+                     for k, lane in enumerate(tape.lanes)]
     return resized
+
+
+class _Sized:
+    """A sized launch in a resized tape's launches: called as the tape calls a host op."""
+
+    __slots__ = ("tape", "k")
+
+    def __init__(self, tape: ResizedTape, k: int):
+        self.tape, self.k = tape, k
+
+    def __call__(self, args) -> None:
+        self.tape.run_sized(self.k, args)

@@ -127,7 +127,7 @@ class SteadyTape:
                 arming = self._switch_arming(outs, ptrs)
             if events is not None:
                 self._arm_launches(arming)
-                self._run_lanes(self.launches, self.lanes, events, args)
+                self.run_lanes(self.launches, self.lanes, events, args)
             else:
                 enqueue = self.enqueue
                 for (queue, _, global_size, local_size), kernel in zip(self.fast[0], arming.kernels):
@@ -136,15 +136,15 @@ class SteadyTape:
             if ptrs != self.fresh_ptrs:
                 self._rebind_outputs(outs, ptrs)
             if events is not None:
-                self._run_lanes(self.launches, self.lanes, events, args)
+                self.run_lanes(self.launches, self.lanes, events, args)
             else:
-                self._run_lanes(*self.fast, None, args)
+                self.run_lanes(*self.fast, None, args)
         if self.output_kind is None and self.output_fresh[0] == (0, None):  # the one fresh output, returned
             return outs[0]
         made = [outs[f] if view is None else outs[f].as_strided(*view) for f, view in self.output_fresh]
         return made[0] if self.output_kind is None else self.output_kind(made)
 
-    def _run_lanes(self, launches: list, lanes: list, events: list | None, args) -> None:
+    def run_lanes(self, launches: list, lanes: list, events: list | None, args) -> None:
         """Launches in every lane, as Call runs them: an in-thread or split launch, or a PyTorch op, first waits for
         the workers' launches before it (it may read what they write), the call for the last of them."""
         enqueue, runtime = self.enqueue, self.runtime
