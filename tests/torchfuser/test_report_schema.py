@@ -226,6 +226,30 @@ def test_the_report_says_how_steady_calls_ran():
         assert replay["replayed"] == 0 and replay["launches"] is None and replay["run_as"] is None
 
 
+def test_the_report_of_a_plan_with_symbols_says_how_many_calls_replayed_at_new_sizes():
+    def f(x, cache):
+        return torch.cat([cache, torch.sin(x)], dim=1) * 2
+
+    compiled = torch.compile(f, backend="torchfuser", dynamic=True)
+    with torch.no_grad():
+        for n in range(3, 12):  # every length new
+            compiled(torch.randn(2, 1, 8), torch.randn(2, n, 8))
+    report = torchfuser.last_report()
+    data = as_json(report.to_dict())
+    validate(data)
+    replay = data["replay"]
+    assert set(replay) >= {"new_sizes", "new_sizes_walk_because"}
+    if data["device"] and data["device"]["zero_copy"]:
+        assert replay["new_sizes"] >= 5 and replay["new_sizes_walk_because"] is None
+        assert f", {replay['new_sizes']} at new sizes" in report.summary()
+        assert f", {replay['new_sizes']} at new sizes" in render_html([data])
+    report.plan.resized = "an output is a view (its layout is the recorded call's)"
+    data = as_json(report.to_dict())
+    validate(data)
+    assert "new sizes walk the plan: an output is a view" in render_html([data])
+    torch._dynamo.reset()
+
+
 def test_a_report_without_a_plan_or_with_a_plan_from_before_tapes_says_nothing_replayed():
     nothing = {"calls": 0, "replayed": 0, "launches": None, "run_as": None, "walks_because": None}
     report = CompileReport(title="t", device=None)

@@ -222,13 +222,19 @@ def split_compiled_time(device_seconds: float, calls: int, compiled_seconds: flo
 
 def steady_replay(plan) -> dict:
     """The report's "replay" (schema.md): how many of the plan's calls replayed a tape (runtime/steady_tape.py),
-    the last tape's launches (per kernel, and as run after chaining), or why steady calls walk the plan.
+    the last tape's launches (per kernel, and as run after chaining), or why steady calls walk the plan; for a plan
+    with symbols, how many replayed at new symbol values, or why those walk.
     Read with getattr: a report may have no plan, or one from before tapes."""
     calls, replayed = getattr(plan, "calls", 0), getattr(plan, "tape_calls", 0)
     launches, run_as = getattr(plan, "tape_launches", (None, None)) if replayed else (None, None)
     walks_because = getattr(plan, "tape_note", None) if calls and not replayed else None
-    return {"calls": calls, "replayed": replayed, "launches": launches, "run_as": run_as,
-            "walks_because": walks_because}
+    replay = {"calls": calls, "replayed": replayed, "launches": launches, "run_as": run_as,
+              "walks_because": walks_because}
+    if getattr(plan, "sized", False):  # runtime/resized_tape.py
+        resized = getattr(plan, "resized", None)
+        replay["new_sizes"] = getattr(plan, "resized_calls", 0)
+        replay["new_sizes_walk_because"] = resized if isinstance(resized, str) else None
+    return replay
 
 
 def provenance(meta: dict) -> dict:

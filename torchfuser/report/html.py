@@ -201,13 +201,16 @@ def replay_sentence(replay: dict | None) -> str | None:
     is nothing to say (no calls yet, a report from before the field, or no reason recorded)."""
     replay = replay or {}
     calls, replayed = replay.get("calls"), replay.get("replayed")
+    new_sizes, new_sizes_reason = replay.get("new_sizes"), replay.get("new_sizes_walk_because")
+    resized = (f"; new sizes walk the plan: {new_sizes_reason}" if new_sizes_reason
+               else f", {new_sizes} at new sizes" if _is_number(new_sizes) and new_sizes > 0 else "")
     if _is_number(replayed) and replayed > 0:
         launches, run_as = replay.get("launches"), replay.get("run_as")
         chained = _is_number(launches) and _is_number(run_as) and run_as < launches
         return (f"steady calls: {replayed} of {calls} replayed from a tape"
-                + (f" ({launches} launches run as {run_as})" if chained else ""))
+                + (f" ({launches} launches run as {run_as})" if chained else "") + resized)
     reason = replay.get("walks_because")
-    return f"steady calls walk the plan: {reason}" if reason and _is_number(calls) and calls > 0 else None
+    return f"steady calls walk the plan: {reason}{resized}" if reason and _is_number(calls) and calls > 0 else None
 
 
 def _timing_section(report: dict) -> str:

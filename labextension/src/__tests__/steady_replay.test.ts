@@ -37,6 +37,16 @@ describe('replay: decoding', () => {
     expect(decodeBundle(bundle(WALKED)).reports[0].replay).toEqual(WALKED);
   });
 
+  it('reads how many calls replayed at new sizes, or why those walk, where the plan has symbols', () => {
+    const sized = { ...REPLAYED, new_sizes: 90, new_sizes_walk_because: null };
+    expect(decodeBundle(encodeV2(bundle(sized))).reports[0].replay).toEqual({ ...REPLAYED, new_sizes: 90 });
+    const walks = { ...REPLAYED, new_sizes: 0, new_sizes_walk_because: 'a PyTorch op runs between its launches' };
+    expect(decodeBundle(bundle(walks)).reports[0].replay).toEqual(walks);
+    expect(decodeBundle(bundle({ ...REPLAYED, new_sizes: -2, new_sizes_walk_because: 3 })).reports[0].replay).toEqual(
+      REPLAYED
+    );
+  });
+
   it('is null in reports written before the field, and malformed parts are dropped', () => {
     expect('replay' in loadFixture('mlp_bundle.json').reports[0]).toBe(false);
     expect(decodeBundle(encodeV2(bundle())).reports[0].replay).toBeNull();
@@ -58,6 +68,15 @@ describe('replay: the line under the timing bar', () => {
       'Steady calls: 122 of 124 replayed from a tape (55 launches run as 51)'
     );
     expect(replayLine({ ...REPLAYED, launches: 2, run_as: 2 })).toBe('Steady calls: 122 of 124 replayed from a tape');
+  });
+
+  it('says how many replayed at new sizes, or why those walk the plan', () => {
+    expect(replayElement(bundle({ ...REPLAYED, new_sizes: 90, new_sizes_walk_because: null }))!.textContent).toBe(
+      'Steady calls: 122 of 124 replayed from a tape (55 launches run as 51), 90 at new sizes'
+    );
+    expect(replayLine({ ...REPLAYED, new_sizes: 0, new_sizes_walk_because: 'an output is a view' })).toBe(
+      'Steady calls: 122 of 124 replayed from a tape (55 launches run as 51); new sizes walk the plan: an output is a view'
+    );
   });
 
   it('says why steady calls walk the plan', () => {

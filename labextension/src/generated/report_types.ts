@@ -268,6 +268,10 @@ export interface WireReplay {
   run_as: number | null;
   /** why steady calls record no tape and walk the plan (e.g. an op runs in PyTorch); null when a call replayed, before any call, or when none was recorded */
   walks_because: string | null;
+  /** a plan with symbols: of the replayed calls, those at symbol values it has no tape of, replayed from its resized tape (runtime/resized_tape.py); absent without symbols */
+  new_sizes?: number;
+  /** a plan with symbols: why calls at new symbol values walk the plan (it has no resized tape); null when it has one or none was recorded yet; absent without symbols */
+  new_sizes_walk_because?: string | null;
 }
 
 /** intermediates only (not inputs/outputs); symbolic sizes count at their example values */

@@ -110,7 +110,9 @@ function decodeReplay(value: unknown): Replay | null {
     replayed: countOrNull(value.replayed) ?? 0,
     launches: countOrNull(value.launches),
     run_as: countOrNull(value.run_as),
-    walks_because: stringOrNull(value.walks_because)
+    walks_because: stringOrNull(value.walks_because),
+    ...(countOrNull(value.new_sizes) !== null ? { new_sizes: countOrNull(value.new_sizes)! } : {}),
+    ...(typeof value.new_sizes_walk_because === 'string' ? { new_sizes_walk_because: value.new_sizes_walk_because } : {})
   };
 }
 

@@ -44,12 +44,17 @@ export function replayLine(replay: Replay | null | undefined): string | null {
   if (!replay) {
     return null;
   }
-  const { calls, replayed, launches, run_as: runAs } = replay;
+  const { calls, replayed, launches, run_as: runAs, new_sizes: newSizes, new_sizes_walk_because: newSizesReason } = replay;
+  const resized = newSizesReason
+    ? `; new sizes walk the plan: ${newSizesReason}`
+    : newSizes !== undefined && newSizes > 0
+      ? `, ${newSizes} at new sizes`
+      : '';
   if (replayed > 0) {
     const chained = launches !== null && runAs !== null && runAs < launches ? ` (${launches} launches run as ${runAs})` : '';
-    return `Steady calls: ${replayed} of ${calls} replayed from a tape${chained}`;
+    return `Steady calls: ${replayed} of ${calls} replayed from a tape${chained}${resized}`;
   }
-  return calls > 0 && replay.walks_because ? `Steady calls walk the plan: ${replay.walks_because}` : null;
+  return calls > 0 && replay.walks_because ? `Steady calls walk the plan: ${replay.walks_because}${resized}` : null;
 }
 
 export interface KernelSegment {
