@@ -30,7 +30,7 @@ import torch
 from torchfuser.runtime.call import Call
 from torchfuser.runtime.host_ops import GraphInput
 from torchfuser.runtime.memory import storage_span
-from torchfuser.runtime.steady_tape import HOST, Recorder, SteadyTape
+from torchfuser.runtime.steady_tape import HOST, Recorder, SteadyTape, set_buffer
 
 ARG, MADE, KEPT = range(3)  # where a sized launch's input comes from: a graph input, a launch's result, as recorded
 
@@ -115,7 +115,7 @@ class ResizedTape:
                 buffer = tape.binder.bind(a)
                 if buffer is None:  # misaligned user memory: the plan's steps copy it
                     return False
-                _set(self.input_positions[j], buffer, self.held, ("in", j))
+                set_buffer(self.input_positions[j], buffer, self.held, ("in", j))
             self.input_ptrs[n] = ptr
         return True
 
@@ -123,18 +123,8 @@ class ResizedTape:
         ptr = t.data_ptr()
         if self.fresh_ptrs[f] != ptr:
             if self.fresh_positions[f]:
-                _set(self.fresh_positions[f], self.tape.binder.output_buffer(t), self.held, ("out", f))
+                set_buffer(self.fresh_positions[f], self.tape.binder.output_buffer(t), self.held, ("out", f))
             self.fresh_ptrs[f] = ptr
-
-
-def _set(positions: list, buffer, held: dict, source) -> None:
-    """Set the buffer where the unsized launches' kernels take this source's (their Bounds no longer know what
-    they hold: the plan's next walk sets every argument again)."""
-    for kernels, k, bound in positions:
-        for kernel in kernels:
-            kernel.set_arg(k, buffer)
-        bound.addresses = bound.armed = None
-    held[source] = buffer  # a kernel argument does not keep its buffer alive
 
 
 def resizable(tape: SteadyTape, recorder: Recorder, args, steps: dict, planned_storages: set,

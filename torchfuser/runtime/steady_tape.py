@@ -201,7 +201,7 @@ class SteadyTape:
     def _rebind_outputs(self, outs, ptrs) -> None:
         for f, (recorded, ptr) in enumerate(zip(self.fresh_ptrs, ptrs)):
             if recorded != ptr:
-                self._set(self.fresh_positions[f], ("out", f), self.binder.output_buffer(outs[f]))
+                set_buffer(self.fresh_positions[f], self.binder.output_buffer(outs[f]), self.held, ("out", f))
                 self.fresh_ptrs[f] = ptr
 
     def _rebind_inputs(self, args, ptrs) -> bool:
@@ -216,7 +216,7 @@ class SteadyTape:
             if buffer is None:  # misaligned user memory: the plan's steps copy it
                 return False
             if self.arming is None:
-                self._set(self.input_positions[j], ("in", j), buffer)
+                set_buffer(self.input_positions[j], buffer, self.held, ("in", j))
             else:
                 for arming in (self.arming, self.spare):
                     if arming is not None:
@@ -225,14 +225,14 @@ class SteadyTape:
             self.input_ptrs[j] = ptr
         return True
 
-    def _set(self, positions, source, buffer) -> None:
-        """Set the buffer where the tape's kernels take this source's; their Bounds no longer know what they
-        hold, so the plan's next walk sets every argument again."""
-        for kernels, k, bound in positions:
-            for kernel in kernels:
-                kernel.set_arg(k, buffer)
-            bound.addresses = bound.armed = None
-        self.held[source] = buffer  # a kernel argument does not keep its buffer alive
+def set_buffer(positions: list, buffer, held: dict, source) -> None:
+    """Set the buffer where a tape's kernels take this source's (a graph input, a fresh output); their Bounds no
+    longer know what they hold, so the plan's next walk sets every argument again."""
+    for kernels, k, bound in positions:
+        for kernel in kernels:
+            kernel.set_arg(k, buffer)
+        bound.addresses = bound.armed = None
+    held[source] = buffer  # a kernel argument does not keep its buffer alive
 
 
 class _Arming:

@@ -17,7 +17,8 @@ from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, PlannedBlocks, ZeroCopyBinder, size_class
-from torchfuser.runtime.steady_tape import SteadyTape, _Arming
+from torchfuser.runtime import steady_tape
+from torchfuser.runtime.steady_tape import _Arming
 
 pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL device")
 
@@ -229,22 +230,22 @@ def test_a_steady_call_sets_no_kernel_arguments(monkeypatch):
         bounds = [b for step in steps for b in step.bound.values()]
         assert len({id(b.kernels[0]) for b in bounds}) == len(bounds) == 3
         touched = set()  # the Bounds whose kernels (or a steady tape's kernels in their stead) get arguments set
-        original, original_tape_set, original_arming_set = Call._set_arguments, SteadyTape._set, _Arming.set
+        original, original_tape_set, original_arming_set = Call._set_arguments, steady_tape.set_buffer, _Arming.set
 
         def counting(self, bound, *args):
             touched.add(id(bound))
             return original(self, bound, *args)
 
-        def counting_tape(self, positions, source, buffer):
+        def counting_tape(positions, buffer, held, source):
             touched.update(id(b) for _, _, b in positions)
-            return original_tape_set(self, positions, source, buffer)
+            return original_tape_set(positions, buffer, held, source)
 
         def counting_arming(self, positions, source, buffer):
             touched.update(id(b) for _, _, b in tapes[0].slow_positions[source])
             return original_arming_set(self, positions, source, buffer)
 
         monkeypatch.setattr(Call, "_set_arguments", counting)
-        monkeypatch.setattr(SteadyTape, "_set", counting_tape)
+        monkeypatch.setattr(steady_tape, "set_buffer", counting_tape)
         monkeypatch.setattr(_Arming, "set", counting_arming)
         for _ in range(3):
             torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
