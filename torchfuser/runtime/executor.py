@@ -14,7 +14,8 @@ have the layouts of the call before it (the caller's guards vouch for shapes and
 every step whose inputs come from the graph's inputs, its kernels or views of them reuses its last launch
 without looking at its arguments' layouts, and views of unchanged tensors are reused as they are. Where a steady
 call's steps only launch kernels, the next ones replay a tape of its launches without walking the steps at all
-(steady_tape.py).
+(steady_tape.py); a plan with symbols replays one at symbol values it has no tape of (resized_tape.py). How
+steps get their arguments: step_args.py; launch counts and profiling: kernel_counts.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import operator
 
 import torch
 import torch.fx as fx
-from torch.fx.immutable_collections import immutable_list
 
 from torchfuser.ir.aten import VIEW_OPS
 from torchfuser.ir.kernels import FusedKernel
@@ -38,7 +38,8 @@ from torchfuser.runtime.plan_analysis import (
 )
 from torchfuser.runtime.resized_tape import ResizedTape, resizable
 from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
-from torchfuser.runtime.virtual_views import VirtualView, virtual_view
+from torchfuser.runtime.step_args import ViewCache, fetcher, flatten, output_fetcher, view_function
+from torchfuser.runtime.virtual_views import virtual_view
 
 TAPE_DECLINES_KEPT, TAPE_RETRY_EVERY = 4, 64  # steady tapes (steady_tape.py): recorded again after a decline
 TAPES_KEPT = 64  # tapes a plan with symbols keeps, one per symbol values (the oldest goes first)
@@ -50,83 +51,7 @@ STALE_TAPE_CALLS = 16 * TAPES_KEPT
 SIZES_KEPT = 256  # distinct symbol values a plan records
 
 
-class ViewCache:
-    """The view a step made of a tensor last time: the same tensor object with the same storage gives the same
-    view, in any call (a call with new symbolic sizes too: a planned result's shape is static, and a new view
-    of a weight each call would defeat the weight transforms' memos). Only views of weights (parameters) and
-    of planned results are kept, virtual views (runtime/virtual_views.py) as well as real ones: a kept view
-    keeps its base alive, which must never be the user's memory."""
-
-    __slots__ = ("base", "address", "view", "planned")
-
-    def __init__(self, planned: bool):
-        self.base = self.address = self.view = None
-        self.planned = planned  # the base is a planned result
-
-    def holds(self, base) -> bool:
-        """The kept view is this base's: the same object at the same address."""
-        return self.base is base and self.address == base.data_ptr()
-
-    def keep(self, base, view) -> None:
-        """Keep the view of a weight (or of a virtual view of one) or of a planned result."""
-        root = base.root if type(base) is VirtualView else base
-        if self.planned or isinstance(root, torch.nn.Parameter):
-            self.base, self.address, self.view = base, base.data_ptr(), view
-
-
-def _fetcher(value, index):
-    """env -> value with graph nodes replaced by their values; flat argument tuples take a fast path."""
-    nested = any(isinstance(x, fx.Node) for v in value if isinstance(v, (tuple, list, dict)) for x in _flatten(v))
-    if isinstance(value, tuple) and not nested:
-        if all(isinstance(v, fx.Node) for v in value):  # the common case: every argument is a node
-            slots = [index[v] for v in value]
-            if len(slots) > 1:
-                return operator.itemgetter(*slots)  # a tuple of them, made in C
-            return (lambda env: (env[slots[0]],)) if slots else (lambda env: ())
-        slots = [(index[v], None) if isinstance(v, fx.Node) else (None, v) for v in value]
-        return lambda env: [env[s] if s is not None else v for s, v in slots]
-    return lambda env: fx.node.map_arg(value, lambda n: env[index[n]])
-
-
-def _output_fetcher(value, index):
-    """env -> the graph's output structure: a flat tuple or list of nodes and constants as one of the same
-    type (what fx.node.map_arg makes of it), anything else (a named tuple, nesting) through the general path."""
-    if type(value) in (tuple, immutable_list) and not any(isinstance(v, (tuple, list, dict)) for v in value):
-        fetch, kind = _fetcher(tuple(value), index), type(value)
-        return lambda env: kind(fetch(env))
-    fetch = _fetcher((value,), index)
-    return lambda env: fetch(env)[0]
-
-
-def _flatten(value):
-    if isinstance(value, (tuple, list)):
-        return [x for v in value for x in _flatten(v)]
-    if isinstance(value, dict):
-        return _flatten(list(value.values()))
-    return [value]
-
-
 KERNEL, VIEW, FALLBACK, ATTR, VIRTUAL, WEIGHT, RESHAPE, SYMBOL = range(8)
-
-aten = torch.ops.aten
-# View ops whose Tensor method takes the same positional arguments and makes the same view: the method skips
-# the OpOverload's Python wrapper and schema-driven argument parsing. That path is short when warm, but the first
-# op after a kernel that streamed megabytes through this core's caches runs it from cold caches: its code
-# costs there what a decode step's small kernels do.
-_VIEW_METHODS = {
-    aten.view.default: torch.Tensor.view, aten.permute.default: torch.Tensor.permute, aten.t.default: torch.Tensor.t,
-    aten.transpose.int: torch.Tensor.transpose, aten.unsqueeze.default: torch.Tensor.unsqueeze,
-    aten.squeeze.dim: torch.Tensor.squeeze, aten.squeeze.dims: torch.Tensor.squeeze,
-    aten.squeeze.default: torch.Tensor.squeeze, aten.select.int: torch.Tensor.select,
-    aten.split_with_sizes.default: torch.Tensor.split_with_sizes, aten.unbind.int: torch.Tensor.unbind,
-    aten.unflatten.int: torch.Tensor.unflatten, aten.as_strided.default: torch.Tensor.as_strided,
-}
-
-
-def _view_function(node: fx.Node):
-    """What a view step calls: the Tensor method for node's op where it is the same call, else the op."""
-    method = _VIEW_METHODS.get(node.target)
-    return method if method is not None and not node.kwargs else node.target
 
 
 class Plan:
@@ -158,7 +83,7 @@ class Plan:
         self.steps = []
         for i, node in enumerate(nodes):
             if node.op == "output":
-                self.output = _output_fetcher(node.args[0], index)
+                self.output = output_fetcher(node.args[0], index)
             elif node.op in ("call_function", "get_attr"):
                 kind = (ATTR if node.op == "get_attr" else KERNEL if isinstance(node.target, FusedKernel)
                         else SYMBOL if node.target is symbol_tensor
@@ -167,7 +92,7 @@ class Plan:
                         else WEIGHT if (getattr(node.target, "weight_transform", False) and not node.kwargs
                                         and not reads_kernel_results(node, owner))
                         else FALLBACK)
-                target = _view_function(node) if kind in (VIEW, RESHAPE) else node.target
+                target = view_function(node) if kind in (VIEW, RESHAPE) else node.target
                 if kind == RESHAPE:
                     target = (reshaped[node], target)
                 if kind == SYMBOL:  # the plan's own 0-d tensor, which each call writes the input's value into
@@ -181,7 +106,7 @@ class Plan:
                     target = KernelStep(node.target, node.name, self, blocks.of.get(node),
                                         all(i in trusted for i in node.all_input_nodes), long_lived,
                                         any(a in virtual for a in node.all_input_nodes),
-                                        tuple([any(_sized_layout(x) for x in _flatten([a]) if isinstance(x, fx.Node))
+                                        tuple([any(_sized_layout(x) for x in flatten([a]) if isinstance(x, fx.Node))
                                                for a in node.args]))
                     target.reshaped = next((reshaped[u] for u in node.users if u in reshaped), None)
                 cache = None
@@ -189,8 +114,8 @@ class Plan:
                         and isinstance(node.args[0], fx.Node) and node.args[0] in trusted
                         and not any(isinstance(a, fx.Node) for a in node.args[1:])):
                     cache = ViewCache(owner[node] in blocks.of)
-                kwargs = _fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
-                self.steps.append((i, kind, target, _fetcher(node.args, index), tuple(node.kwargs), kwargs,
+                kwargs = fetcher(tuple(node.kwargs.values()), index) if node.kwargs else None
+                self.steps.append((i, kind, target, fetcher(node.args, index), tuple(node.kwargs), kwargs,
                                    tuple(free_after[i]), cache))
         self.counts = KernelCounts()
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
@@ -489,7 +414,7 @@ def _bindings(nodes) -> Bindings:
     """Where each call reads the graph's symbols; every symbol a kernel's own sizes use must be one of them."""
     bindings = Bindings([n.meta.get("val") for n in nodes if n.op == "placeholder"])
     for node in nodes:
-        if any(isinstance(a, torch.SymInt) for a in _flatten([node.args, node.kwargs])):
+        if any(isinstance(a, torch.SymInt) for a in flatten([node.args, node.kwargs])):
             raise UnboundSize(f"{node.name} holds a symbolic size as a constant argument")
         if isinstance(node.target, FusedKernel):
             free = {s for d in node.target.sized_dims() if is_symbolic(d) for s in d.node.expr.free_symbols}

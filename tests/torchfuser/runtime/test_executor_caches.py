@@ -550,7 +550,7 @@ VIEW_CALLS = [  # (op, arguments after the tensor) for each op the executor call
 
 @pytest.mark.parametrize("op, args", VIEW_CALLS, ids=[str(op) for op, _ in VIEW_CALLS])
 def test_view_steps_call_tensor_methods_that_make_the_op_s_views(op, args):
-    from torchfuser.runtime.executor import _VIEW_METHODS
+    from torchfuser.runtime.step_args import _VIEW_METHODS
 
     base = torch.arange(24.0).reshape(2, 3, 4)
     if op is torch.ops.aten.t.default:
