@@ -108,38 +108,31 @@ def generate_row(name: str, repeats: int, inductor: bool) -> dict:
 def static_cache_row(name: str, repeats: int) -> dict:
     """generate() with Hugging Face's static cache (`cache_implementation="static"`, what its docs pair with
     torch.compile), eager vs torchfuser: tokens/s, the same tokens, and how many decode calls replayed a tape."""
-    base = _model(name)
-    ids = torch.randint(1, base.config.vocab_size, (1, PROMPTS[0]))
-    model = copy.deepcopy(base)
-    model.forward = torch.compile(model.forward, backend="torchfuser")
-    ways = {"eager": base, "torchfuser": model}
-    with torchfuser.collect_reports() as reports:
-        tokens = {way: _generate(m, ids, cache_implementation="static") for way, m in ways.items()}
-        medians = _medians({way: (lambda m=m: _generate(m, ids, cache_implementation="static"))
-                            for way, m in ways.items()}, repeats)
-    plans = [r.plan for r in reports if r.plan is not None]
-    torch._dynamo.reset()
-    return {"name": name, "same": torch.equal(tokens["eager"], tokens["torchfuser"]),
-            "tokens_per_second": {way: NEW_TOKENS / medians[way] for way in ways},
-            "replayed": (sum(p.tape_calls for p in plans), sum(p.calls for p in plans))}
+    return _against_eager_row(name, repeats, "torchfuser", NEW_TOKENS, cache_implementation="static")
 
 
 def long_generate_row(name: str, repeats: int) -> dict:
     """generate() of LONG_TOKENS new tokens from one prompt, again and again (a job generating many sequences from
     prompts of one length), eager vs torchfuser with dynamic=True: tokens/s, the same tokens, and how many decode
     calls replayed a tape, where there are more lengths than a plan keeps tapes for."""
+    return _against_eager_row(name, repeats, "torchfuser dynamic", LONG_TOKENS)
+
+
+def _against_eager_row(name: str, repeats: int, way: str, tokens: int, **options) -> dict:
+    """generate() of `tokens` from a PROMPTS[0] prompt, eager and torchfuser (`way`: with dynamic=True when it says
+    so) in interleaved rounds, with these generate options; the row _against_eager formats."""
     base = _model(name)
     ids = torch.randint(1, base.config.vocab_size, (1, PROMPTS[0]))
     model = copy.deepcopy(base)
-    model.forward = torch.compile(model.forward, backend="torchfuser", dynamic=True)
-    ways = {"eager": base, "torchfuser dynamic": model}
+    model.forward = torch.compile(model.forward, backend="torchfuser", dynamic=way.endswith("dynamic") or None)
+    ways = {"eager": base, way: model}
     with torchfuser.collect_reports() as reports:
-        tokens = {way: _generate(m, ids, LONG_TOKENS) for way, m in ways.items()}
-        medians = _medians({way: (lambda m=m: _generate(m, ids, LONG_TOKENS)) for way, m in ways.items()}, repeats)
+        made = {w: _generate(m, ids, tokens, **options) for w, m in ways.items()}
+        medians = _medians({w: (lambda m=m: _generate(m, ids, tokens, **options)) for w, m in ways.items()}, repeats)
     plans = [r.plan for r in reports if r.plan is not None]
     torch._dynamo.reset()
-    return {"name": name, "same": torch.equal(tokens["eager"], tokens["torchfuser dynamic"]),
-            "tokens_per_second": {way: LONG_TOKENS / medians[way] for way in ways},
+    return {"name": name, "same": torch.equal(made["eager"], made[way]),
+            "tokens_per_second": {w: tokens / medians[w] for w in ways},
             "replayed": (sum(p.tape_calls for p in plans), sum(p.calls for p in plans))}
 
 
