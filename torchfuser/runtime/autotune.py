@@ -35,7 +35,9 @@ from torchfuser.runtime.timing import SETTLE_SECONDS
 from torchfuser.runtime.tuning_db import DB_VERSION, TuningDatabase  # noqa: F401  (DB_VERSION: tests)
 
 REPEATS = 7  # interleaved timing rounds per search
-EXTERN_MARGIN = 1.1  # the host BLAS wins only when 10 % faster than every template variant (see _winner)
+# the host BLAS wins only when 25 % faster than every template variant (see _winner): at 10 % it won a Whisper
+# conv1d's first convolution by 1 % (0.4 ms), and its OpenMP threads' spin then doubled the next one (4.5 -> 8.5 ms)
+EXTERN_MARGIN = 1.25
 # another variant replaces the heuristic's choice only when this much faster: medians of a few rounds on a shared
 # machine differ by more than the variants do (searches picked slower variants: the notes)
 PRIOR_MARGIN = 1.03
