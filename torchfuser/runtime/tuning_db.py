@@ -24,7 +24,7 @@ DB_VERSION = 11  # 2: packed variants carry their K block and row tiles; 3: sear
 # 9: no K-blocked AVX-512 variants (8 picked them for ViT's patch embedding, slower in the model);
 # 10: searches timed while other processes were busy are no longer kept (9's may hold such choices: the host BLAS
 # "won" a convolution at twice its variants' quiet time, and the model ran slower than eager from then on);
-# 11: the host BLAS needs a 25 % margin, not 10 % (10's records hold it where its spin slows the next kernel)
+# 11: the host BLAS must also win by EXTERN_SPIN_SECONDS (10's records hold it where its spin slows the next kernel)
 
 
 class TuningDatabase:
