@@ -22,6 +22,7 @@ import torch
 from torch._C._dynamo import eval_frame as _eval_frame
 from torch._dynamo import eval_frame as _dynamo_eval_frame
 
+_profiler = torch.autograd.profiler
 _MISS = object()
 _TRANSLATIONS_KEPT = 64
 
@@ -76,6 +77,18 @@ def _binder(function: types.FunctionType):
     if varargs and varkw and not code.co_kwonlyargcount:  # f(a, b, *args, **kwargs): a decorator's wrapper
         star, star_star = code.co_varnames[count:count + 2]
 
+        if not count:  # f(*args, **kwargs), as Dynamo's wrapper of a module's call: every call binds this way
+            def bind_all(args, kwargs):
+                found = {star: args, star_star: kwargs}
+                try:
+                    for name, cell in named_cells:
+                        found[name] = cell.cell_contents
+                except ValueError:  # an empty cell
+                    return None
+                return found
+
+            return bind_all
+
         def bind_star(args, kwargs):
             if len(args) < count or (kwargs and not kwargs.keys().isdisjoint(positional)):
                 return bind_general(args, kwargs)  # defaults to fill in, or a positional given by keyword
@@ -112,7 +125,10 @@ class FrameReplay:
     def __init__(self, frame_function: types.FunctionType, backend, region: int, module=None):
         self.frame_function, self.backend, self.region, self.module = frame_function, backend, region, module
         self.bind = _binder(frame_function)
-        self.translations: dict[int, tuple] = {}  # id(translated code) -> (that code, its function or None)
+        self.code = frame_function.__code__
+        # id(translated code) -> (that code, whether its entry is this backend's, its replayed function or None); the
+        # code is kept, so that no other code takes its id (a cache entry's Python object may, once Dynamo frees it)
+        self.translations: dict[int, tuple] = {}
         self.calls = 0  # calls replayed
 
     def __call__(self, args: tuple, kwargs: dict):
@@ -130,29 +146,32 @@ class FrameReplay:
         frame_locals = self.bind(args, kwargs)
         if frame_locals is None:
             return _MISS
-        for entry in _get_entries(self.frame_function.__code__, self.region):
-            if (getattr(entry.backend, "compiler_fn", entry.backend) is self.backend
-                    and entry.guard_manager.check(frame_locals)):
-                translated = self._translated(entry.code)
+        for entry in _get_entries(self.code, self.region):
+            code = entry.code
+            known = self.translations.get(id(code))
+            if known is None or known[0] is not code:
+                known = self._known(entry, code)
+            # the guard manager read each time: Dynamo swaps an invalidated entry's for one that fails
+            if known[1] and entry.guard_manager.check(frame_locals):
+                translated = known[2]
                 if translated is None:
                     return _MISS
                 self.calls += 1
                 return translated(*args, **kwargs)
         return _MISS
 
-    def _translated(self, code: types.CodeType):
-        found = self.translations.get(id(code))
-        if found is None or found[0] is not code:
-            f = self.frame_function
-            function = None
-            if _replayable(code):
-                direct = _direct(code, f.__globals__)
-                function = types.FunctionType(direct, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
-                function.__kwdefaults__ = f.__kwdefaults__
-            if len(self.translations) >= _TRANSLATIONS_KEPT:
-                self.translations.clear()
-            found = self.translations[id(code)] = (code, function)
-        return found[1]
+    def _known(self, entry, code: types.CodeType) -> tuple:
+        f = self.frame_function
+        ours = getattr(entry.backend, "compiler_fn", entry.backend) is self.backend
+        function = None
+        if ours and _replayable(code):
+            direct = _direct(code, f.__globals__)
+            function = types.FunctionType(direct, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+            function.__kwdefaults__ = f.__kwdefaults__
+        if len(self.translations) >= _TRANSLATIONS_KEPT:
+            self.translations.clear()
+        known = self.translations[id(code)] = (code, ours, function)
+        return known
 
 
 _DIRECT = "__torchfuser_direct_"  # globals the replayed code reads instead of Dynamo's wrapped ones
@@ -170,7 +189,7 @@ class _ProfilerMarks(types.ModuleType):
 
     def record_pregraph_bytecode_enter(self):
         """Dynamo's mark where a profiler runs; else nothing to enter (no context made per call)."""
-        return self._enter() if torch.autograd.profiler._is_profiler_enabled else None
+        return self._enter() if _profiler._is_profiler_enabled else None
 
     def record_pregraph_bytecode_exit(self, mark) -> None:
         if mark is not None:

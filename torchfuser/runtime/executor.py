@@ -128,6 +128,7 @@ class Plan:
         # symbol values -> the launches of a steady call with them, to replay (one entry, (), without symbols)
         self._tapes: dict[tuple, SteadyTape] = {}  # least recently replayed first
         self._replayed: SteadyTape | None = None  # the tape that set the Bounds' kernels last, if one did
+        self._hot: SteadyTape | None = None  # without symbols: the kept tape, while it is the one that ran last
         self._tape_declines = 0  # replays declined in a row
         self.tape_calls = 0  # calls replayed from a tape
         self.resized_calls = 0  # ... of them, from the resized tape
@@ -148,6 +149,12 @@ class Plan:
     def run(self, args, trusted: bool = False):
         """Run the graph on `args`. trusted: the caller guarantees shapes, strides and dtypes of these inputs
         are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
+        profiled = self.counts.profiles(self.calls)
+        hot = self._hot
+        if hot is not None and not profiled and trusted and not self._running:
+            output = self._replay_hot(hot, args)
+            if output is not None:
+                return output
         if len(args) != len(self.placeholders):
             raise TypeError(f"compiled graph takes {len(self.placeholders)} inputs, got {len(args)}")
         sizes = ()
@@ -156,7 +163,6 @@ class Plan:
             if sizes in self.sizes_run or len(self.sizes_run) < SIZES_KEPT:
                 self.sizes_run[sizes] = self.sizes_run.get(sizes, 0) + 1
         tape = self._tapes.pop(sizes, None)  # kept again only if it replays (dropped if a replay raises)
-        profiled = self.counts.profiles(self.calls)
         replayed = False
         try:
             if tape is not None and trusted and not self._running:
@@ -169,6 +175,7 @@ class Plan:
                 if output is not None:
                     replayed = True
                     self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
+                    self._hot = None if self.sized else tape
                     tape.used = self.calls
                     self.tape_calls += 1
                     self.counts.count(tape.unprofiled if events is None else events, events is not None)
@@ -183,7 +190,7 @@ class Plan:
         finally:
             if tape is not None and not replayed:
                 _untaped(tape)
-        self._replayed = None  # the walk sets the Bounds' kernels
+        self._replayed = self._hot = None  # the walk sets the Bounds' kernels
         env: list = [None] * self.size
         for slot, value in zip(self.placeholders, args):
             env[slot] = value
@@ -226,6 +233,7 @@ class Plan:
                 for bound in tape.bounds:
                     bound.tapes += 1
                 self._tapes[sizes], self._replayed = tape, tape
+                self._hot = None if self.sized else tape
                 tape.used = self.calls
                 self.tape_note, self.tape_launches = None, (len(tape.launches), len(tape.fast[0]))
                 if self.sized and type(self.resized) is not ResizedTape:
@@ -233,6 +241,28 @@ class Plan:
                                                  self.memory.storages(), self._sized_inputs))
         self.calls += 1
         return output
+
+    def _replay_hot(self, tape: SteadyTape, args):
+        """An unprofiled call of a plan without symbols replayed from the tape that ran last, or None (it declined:
+        the plan walks, as for any declined replay)."""
+        try:
+            output = tape.replay(args, None)
+        except BaseException:
+            self._drop_hot()
+            raise
+        if output is None:
+            self._drop_hot()
+            self._tape_declines += 1
+            return None
+        tape.used = self.calls
+        self.tape_calls += 1
+        self.counts.count(tape.unprofiled, False)
+        self.calls += 1
+        return output
+
+    def _drop_hot(self) -> None:
+        _untaped(self._tapes.pop((), self._hot))
+        self._hot = self._replayed = None
 
     def _replay_resized(self, args, sizes: tuple, profiled: bool):
         """The call replayed from the resized tape at these sizes, or None (the plan walks its steps)."""
@@ -283,7 +313,7 @@ class Plan:
                     _untaped(tape)
             self._tapes = {sizes: tape for sizes, tape in self._tapes.items() if bound not in tape.bounds}
         if self._replayed is not None and bound in self._replayed.bounds:
-            self._replayed = None
+            self._replayed = self._hot = None
 
     def _records_length(self, sizes: tuple) -> bool:
         """Whether a call at these symbol values walks to record their own tape rather than replay the resized one:

@@ -105,7 +105,8 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds", "used")
+                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds", "used",
+                 "returns_fresh")
 
     def replay(self, args, events: list | None = None):
         """The call's output, or None where a replay would not do what the plan's steps do. events: where to put
@@ -139,8 +140,9 @@ class SteadyTape:
                 self.run_lanes(self.launches, self.lanes, events, args)
             else:
                 self.run_lanes(*self.fast, None, args)
-        if self.output_kind is None and self.output_fresh[0] == (0, None):  # the one fresh output, returned
-            return outs[0]
+        n = self.returns_fresh
+        if n:  # the first n fresh outputs themselves, in order
+            return outs[0] if self.output_kind is None else self.output_kind(outs if n == len(outs) else outs[:n])
         made = [outs[f] if view is None else outs[f].as_strided(*view) for f, view in self.output_fresh]
         return made[0] if self.output_kind is None else self.output_kind(made)
 
@@ -331,6 +333,8 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
             return "an output is not made by a kernel (an input, a constant)"
         view = None if t is fresh_tensors[f] else (tuple(t.shape), t.stride(), t.storage_offset())
         tape.output_fresh.append((f, view))
+    n = len(tape.output_fresh)
+    tape.returns_fresh = n if n and tape.output_fresh == [(f, None) for f in range(n)] else 0
     for before, target, given, kwargs in recorder.host_ops:
         op = host_op(target, given, kwargs, args, input_of, fresh_of)
         if isinstance(op, str):

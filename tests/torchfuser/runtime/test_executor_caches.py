@@ -16,6 +16,8 @@ import torchfuser
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import KERNEL, RESHAPE
 from torchfuser.runtime.call import Call, Runtime
+from torchfuser.runtime.kernel_counts import (PROFILE_EVERY, PROFILE_EVERY_LATER, PROFILE_FIRST_CALLS,
+                                              PROFILE_SPARSE_AFTER, KernelCounts)
 from torchfuser.runtime.memory import ALIGNMENT, HostArena, OutputLayout, PlannedBlocks, ZeroCopyBinder, size_class
 from torchfuser.runtime import steady_tape
 from torchfuser.runtime.steady_tape import _Arming
@@ -618,3 +620,14 @@ def test_the_layers_of_a_model_configure_each_cat_and_attention_once_per_layout(
     first, second = AttentionKernel(score, 0, causal=False), AttentionKernel(score, 3, causal=False)
     assert configure(first, [q, k, k]) is configure(second, [q, k, k])
     assert configure(AttentionKernel(score, 4, causal=True), [q, k, k]) is not configure(first, [q, k, k])
+
+
+def test_profiled_calls_thin_out_once_a_plan_has_made_many_calls():
+    counts = KernelCounts()
+    profiled = [calls for calls in range(PROFILE_SPARSE_AFTER + 3 * PROFILE_EVERY_LATER) if counts.profiles(calls)]
+    early = list(range(1, PROFILE_FIRST_CALLS))
+    middle = list(range(PROFILE_FIRST_CALLS, PROFILE_SPARSE_AFTER, PROFILE_EVERY))
+    late = [PROFILE_SPARSE_AFTER + k * PROFILE_EVERY_LATER for k in range(3)]
+    assert profiled == early + middle + late
+    counts.profile_next(2)  # asked for: the next two calls, whatever their number
+    assert [counts.profiles(c) for c in (1301, 1302, 1303, 1400)] == [True, True, False, True]
