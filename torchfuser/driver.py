@@ -35,7 +35,7 @@ from torchfuser.runtime.call import Runtime
 from torchfuser.runtime.device import get_device
 from torchfuser.runtime.executor import Plan
 from torchfuser.runtime.kernel_cache import KernelBuildError
-from torchfuser.runtime.lanes import HOST_THREADS, PARALLEL_GRAIN
+from torchfuser.runtime.lanes import HOST_THREADS, INLINE, PARALLEL_GRAIN
 from torchfuser.runtime.launch import NoLaunch, configure
 
 NO_KERNEL = "no OpenCL kernel for this op yet: runs in PyTorch"
@@ -154,6 +154,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             _build_failed(plan, report, node, error)
             continue
         plan.lanes[node.name] = lane
+        plan.uses_workers |= lane != INLINE
         plan.built[(launch.spec, lane, claimed)] = builts
         built = builts[0]
         claimed = is_claimed(built.name)  # not every kernel has a claimed form

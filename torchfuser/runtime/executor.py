@@ -37,6 +37,7 @@ from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
 from torchfuser.runtime.resized_tape import ResizedTape, resizable
+from torchfuser.runtime.openmp_workers import RELEASE_MIN_SECONDS, release_openmp_workers
 from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.step_args import ViewCache, fetcher, flatten, output_fetcher, view_function
 from torchfuser.runtime.virtual_views import virtual_view
@@ -120,6 +121,7 @@ class Plan:
         self.counts = KernelCounts()
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
+        self.uses_workers = False  # some lane is not the calling thread alone (set with the lanes)
         self.calls = 0
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
@@ -149,6 +151,8 @@ class Plan:
     def run(self, args, trusted: bool = False):
         """Run the graph on `args`. trusted: the caller guarantees shapes, strides and dtypes of these inputs
         are those it compiled for (Dynamo's guards), so only storage offsets are compared between calls."""
+        if self.uses_workers and self.counts.call_seconds >= RELEASE_MIN_SECONDS:
+            release_openmp_workers()  # (openmp_workers.py) PyTorch's would spin on the cores these kernels need
         profiled = self.counts.profiles(self.calls)
         hot = self._hot
         if hot is not None and not profiled and trusted and not self._running:

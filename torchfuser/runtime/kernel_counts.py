@@ -15,13 +15,14 @@ PROFILE_SPARSE_AFTER, PROFILE_EVERY_LATER = 1000, 100
 
 
 class KernelCounts:
-    __slots__ = ("_stats", "_unrecorded", "_next", "_at")
+    __slots__ = ("_stats", "_unrecorded", "_next", "_at", "call_seconds")
 
     def __init__(self):
         self._stats: dict[str, KernelStats] = {}
         self._unrecorded: list[list] = []  # the events of the calls since the last profiled one
         self._next = 0  # calls still to profile whatever their number (profile_next)
         self._at = 1  # no call before this one is profiled, unless profile_next asks (a call number)
+        self.call_seconds = 0.0  # the kernel time of the last profiled call
 
     def profile_next(self, calls: int) -> None:
         """Profile the next `calls` calls, whatever their number (by default the first PROFILE_FIRST_CALLS are, then
@@ -55,11 +56,15 @@ class KernelCounts:
             self._unrecorded.append(events)
             return
         self._count_unrecorded()
+        total = 0.0
         for name, event in events:
             stats = self._kernel_stats(name)
             stats.launches += 1
             stats.profiled += 1
-            stats.seconds += (event.profile.end - event.profile.start) * 1e-9
+            seconds = (event.profile.end - event.profile.start) * 1e-9
+            stats.seconds += seconds
+            total += seconds
+        self.call_seconds = total
 
     def _count_unrecorded(self) -> None:
         pending, self._unrecorded = self._unrecorded, []
