@@ -36,8 +36,8 @@ from torchfuser.runtime.memory import PlannedBlocks
 from torchfuser.runtime.plan_analysis import (
     plan_blocks, reaching_output, reads_kernel_results, reshaped_results, trusted_values, virtual_view_nodes,
 )
-from torchfuser.runtime.resized_tape import ResizedTape, resizable
 from torchfuser.runtime.openmp_workers import RELEASE_MIN_SECONDS, release_openmp_workers
+from torchfuser.runtime.resized_tape import ResizedTape, resizable
 from torchfuser.runtime.steady_tape import Recorder, SteadyTape, record
 from torchfuser.runtime.step_args import ViewCache, fetcher, flatten, output_fetcher, view_function
 from torchfuser.runtime.virtual_views import virtual_view

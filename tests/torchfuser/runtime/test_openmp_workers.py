@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(get_device() is None, reason="needs an OpenCL de
 has_libgomp = openmp_workers._loaded_libgomp() is not None and torch.get_num_threads() > 1
 
 
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
+def thread_ids() -> set:
+    return set(os.listdir("/proc/self/task"))
 
 
 def parallel_op(x):
@@ -46,14 +46,15 @@ def counted_releases(monkeypatch):
 def test_released_workers_exit_and_pytorch_starts_new_ones_with_the_same_results():
     x = torch.randn(1 << 20)
     expected = parallel_op(x)
-    with_pool = thread_count()
+    with_pool = thread_ids()
     assert release_openmp_workers()
     deadline = time.monotonic() + 2.0
-    while thread_count() >= with_pool and time.monotonic() < deadline:  # they exit after the pause returns
+    while not with_pool - thread_ids() and time.monotonic() < deadline:  # they exit after the pause returns
         time.sleep(0.01)
-    assert thread_count() == with_pool - (torch.get_num_threads() - 1)
-    assert torch.equal(parallel_op(x), expected)  # the same split over new threads
-    assert thread_count() == with_pool
+    assert with_pool - thread_ids(), "no thread exited"
+    left = thread_ids()
+    assert torch.equal(parallel_op(x), expected)  # the same split, over new threads
+    assert thread_ids() - left, "no thread started"
 
 
 def test_switched_off_by_the_environment(monkeypatch):
