@@ -179,7 +179,7 @@ def resizable(tape: SteadyTape, recorder: Recorder, args, steps: dict, planned_s
     unsized = lambda positions: [p for p in positions if not p[2].sized and p[0] is p[2].kernels]
     resized.input_positions = [unsized(p) for p in tape.input_positions]
     resized.fresh_positions = [unsized(p) for p in tape.fresh_positions]
-    resized.tensor_slots = [j for j in range(len(args)) if j not in tape.numbers]
+    resized.tensor_slots = [j for j in range(len(args)) if j not in tape.numbers and j not in tape.unread]
     resized.input_ptrs = [tape.input_ptrs[j] for j in resized.tensor_slots]
     resized.fresh_ptrs = list(tape.fresh_ptrs)
     resized.bounds = frozenset(bound for bound, *_ in recorder.launches if not bound.sized)

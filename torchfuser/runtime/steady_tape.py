@@ -105,7 +105,7 @@ class SteadyTape:
     __slots__ = ("launches", "lanes", "labels", "fast", "runtime", "unprofiled", "enqueue", "binder", "arena",
                  "input_ptrs", "input_offsets", "input_positions", "derived", "fresh_layouts", "fresh_ptrs",
                  "fresh_positions", "held", "output_kind", "output_fresh", "arming", "spare", "launches_armed",
-                 "fast_positions", "slow_positions", "checks", "numbers", "derived_slots", "bounds", "used",
+                 "fast_positions", "slow_positions", "checks", "numbers", "unread", "derived_slots", "bounds", "used",
                  "returns_fresh")
 
     def replay(self, args, events: list | None = None):
@@ -115,7 +115,7 @@ class SteadyTape:
             a = args[j]
             if ref() is not a or a._version != version:
                 return None
-        ptrs = _addresses(args, self.numbers)
+        ptrs = _addresses(args, self.numbers, self.unread)
         if ptrs != self.input_ptrs and not self._rebind_inputs(args, ptrs):
             return None
         for check in self.checks:  # an embedding's indices from the graph inputs, as its launch checks them
@@ -380,7 +380,10 @@ def record(recorder: Recorder, args, output, runtime, ahead: dict, shared: bool 
     tape.runtime = None if all(bound.lane == INLINE for bound in bounds) else runtime
     tape.binder, tape.arena, tape.enqueue = runtime.binder, runtime.arena, cl_module().enqueue_nd_range_kernel
     tape.numbers = {j for j, a in enumerate(args) if type(a) is int}  # inputs that are symbols' values
-    tape.input_ptrs = _addresses(args, tape.numbers)
+    # tensors no launch reads (a float Dynamo passes as a 0-d tensor that no node uses): where they are is no concern
+    tape.unread = frozenset(j for j in range(len(args))
+                            if not positions[("in", j)] and j not in derived and j not in tape.numbers)
+    tape.input_ptrs = _addresses(args, tape.numbers, tape.unread)
     tape.input_offsets = [a if type(a) is int else a.storage_offset() for a in args]
     tape.derived = [(j, weakref.ref(args[j]), args[j]._version) for j in sorted(derived)]
     tape.derived_slots = derived
@@ -485,11 +488,11 @@ def _chain(run: list, runtime) -> tuple | None:
     return kernel, offsets, arguments
 
 
-def _addresses(args, numbers: set) -> list:
-    """Each input's data address (an integer input as it is)."""
-    if not numbers:
+def _addresses(args, numbers: set, unread: frozenset = frozenset()) -> list:
+    """Each input's data address (an integer input as it is, None for a tensor no launch reads)."""
+    if not numbers and not unread:
         return list(map(_data_ptr, args))
-    return [a if type(a) is int else a.data_ptr() for a in args]
+    return [None if j in unread else a if type(a) is int else a.data_ptr() for j, a in enumerate(args)]
 
 
 def _root(t):

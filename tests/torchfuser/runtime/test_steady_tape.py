@@ -113,6 +113,24 @@ def test_no_tape_where_a_call_runs_a_pytorch_op():
         assert "steady calls walk the plan: cumsum.default runs in PyTorch" in torchfuser.last_report().summary()
 
 
+def test_an_input_no_launch_reads_may_move_without_a_rebind():
+    """Dynamo passes some floats as 0-d tensors that no kernel ends up reading: a new one each call is no change."""
+    graph = torch.fx.Graph()
+    x, unused = graph.placeholder("x"), graph.placeholder("unused")
+    graph.output(graph.call_function(torch.add, (graph.call_function(torch.sin, (x,)), 1.0)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    xs = torch.randn(4, 33)
+    f = torchfuser.compile_fx(gm, [xs, torch.tensor(0.5, dtype=torch.float64)])
+    plan = torchfuser.last_report().plan
+    with torch.no_grad():
+        for i in range(8):
+            torch.testing.assert_close(f(xs, torch.tensor(float(i), dtype=torch.float64)), xs.sin() + 1, **TOL)
+    if in_thread(plan):
+        assert plan.tape_calls >= 6
+        (tape,) = plan._tapes.values()
+        assert tape.unread == {1}  # the second input
+
+
 def test_views_of_outputs_and_packed_weight_transforms_replay():
     """A graph returning views of its kernels' results (a transpose), and GEMMs whose B is a weight transform's
     result (the convolution's weight as a matrix): replayed, and a written weight is seen at once."""
