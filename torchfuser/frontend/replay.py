@@ -161,6 +161,7 @@ class FrameReplay:
         return _MISS
 
     def _known(self, entry, code: types.CodeType) -> tuple:
+        """(code, whether the entry is this backend's, the function that replays it or None), kept for the code."""
         f = self.frame_function
         ours = getattr(entry.backend, "compiler_fn", entry.backend) is self.backend
         function = None
