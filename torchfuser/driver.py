@@ -154,7 +154,7 @@ def _prepare_kernels(gm: fx.GraphModule, plan: Plan, report: CompileReport, opti
             _build_failed(plan, report, node, error)
             continue
         plan.lanes[node.name] = lane
-        plan.uses_workers |= lane != INLINE
+        plan.uses_workers |= lane != INLINE and plan.runtime.device.type_name == "CPU"  # PoCL's threads
         plan.built[(launch.spec, lane, claimed)] = builts
         built = builts[0]
         claimed = is_claimed(built.name)  # not every kernel has a claimed form

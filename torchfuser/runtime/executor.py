@@ -121,7 +121,7 @@ class Plan:
         self.counts = KernelCounts()
         self.built: dict = {}  # (spec, lane, claimed) -> [BuiltKernel] (skips the cache lookup on steady calls)
         self.lanes: dict[str, str] = {}  # kernel node -> its lane, chosen for the whole plan at compile time
-        self.uses_workers = False  # some lane is not the calling thread alone (set with the lanes)
+        self.uses_workers = False  # some launch runs on a CPU device's worker threads (set with the lanes)
         self.calls = 0
         self.sizes_run: dict[tuple, int] = {}  # symbol values -> calls (the report's "sizes each plan ran with")
         self._last_signature = None  # the input layouts of the last call that completed
