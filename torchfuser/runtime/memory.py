@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from sys import getrefcount
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -118,9 +119,9 @@ class HostArena:
         blocks = self._classes.get(nbytes)
         if blocks is None:
             blocks = self._classes[nbytes] = []
-        for block in blocks:
-            if block.free:
-                slot = block.slot
+        for block in blocks:  # (block.free, inline: a KV cache's class holds dozens of blocks, most of them in use)
+            slot = block.slot
+            if slot[1] is None or getrefcount(slot[1]) == _FREE_REFCOUNT:
                 if slot[0] is not layout and slot[0] != layout:  # (a tape asks with the same layout each call)
                     slot[0], slot[1] = layout, self._view(block, layout, np_dtype)
                 return torch.from_numpy(slot[1])
