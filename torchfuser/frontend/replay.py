@@ -79,13 +79,7 @@ def _binder(function: types.FunctionType):
 
         if not count:  # f(*args, **kwargs), as Dynamo's wrapper of a module's call: every call binds this way
             def bind_all(args, kwargs):
-                found = {star: args, star_star: kwargs}
-                try:
-                    for name, cell in named_cells:
-                        found[name] = cell.cell_contents
-                except ValueError:  # an empty cell
-                    return None
-                return found
+                return with_cells({star: args, star_star: kwargs})
 
             return bind_all
 

@@ -181,9 +181,7 @@ class Plan:
                     self._tapes[sizes], self._replayed, self._tape_declines = tape, tape, 0
                     self._hot = None if self.sized else tape
                     tape.used = self.calls
-                    self.tape_calls += 1
-                    self.counts.count(tape.unprofiled if events is None else events, events is not None)
-                    self.calls += 1
+                    self._count_replay(tape.unprofiled, events)
                     return output
                 self._tape_declines += 1
             elif (type(self.resized) is ResizedTape and trusted and not self._running
@@ -259,10 +257,14 @@ class Plan:
             self._tape_declines += 1
             return None
         tape.used = self.calls
-        self.tape_calls += 1
-        self.counts.count(tape.unprofiled, False)
-        self.calls += 1
+        self._count_replay(tape.unprofiled, None)
         return output
+
+    def _count_replay(self, unprofiled: list, events: list | None) -> None:
+        """A call replayed from a tape: its launches counted (events: a profiled call's, else the tape's own)."""
+        self.tape_calls += 1
+        self.counts.count(unprofiled if events is None else events, events is not None)
+        self.calls += 1
 
     def _drop_hot(self) -> None:
         _untaped(self._tapes.pop((), self._hot))
@@ -289,10 +291,8 @@ class Plan:
         self._replayed = resized
         if last is not None and last[0] == _signature(args, True, True):  # the unsized steps' last Bounds fit it
             self._last_signature = (last[0], sizes)
-        self.tape_calls += 1
         self.resized_calls += 1
-        self.counts.count(resized.tape.unprofiled if events is None else events, events is not None)
-        self.calls += 1
+        self._count_replay(resized.tape.unprofiled, events)
         return output
 
     def _keep_resized(self, resized) -> None:

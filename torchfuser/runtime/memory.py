@@ -20,10 +20,9 @@ uploaded, kernel results stay on the device, and `to_host()` reads back what the
 
 from __future__ import annotations
 
-import sys
 import weakref
-from sys import getrefcount
 from collections import OrderedDict
+from sys import getrefcount
 from typing import NamedTuple
 
 import numpy as np
@@ -41,7 +40,7 @@ _NUMPY_DTYPES = {
 
 
 def _refs(container, key) -> int:
-    return sys.getrefcount(container[key])
+    return getrefcount(container[key])
 
 
 def _refcount_when_free() -> int:

@@ -76,8 +76,7 @@ class ResizedTape:
             call.sync()
         if events is not None:
             events += call.events
-        results = [outs[f] for f, _ in tape.output_fresh]
-        return results[0] if tape.output_kind is None else tape.output_kind(results)
+        return tape.outputs(outs)
 
     def run_sized(self, k: int, args) -> None:
         """Launch k through its plan step at this call's sizes (the tape's launches before it are done); its

@@ -140,6 +140,10 @@ class SteadyTape:
                 self.run_lanes(self.launches, self.lanes, events, args)
             else:
                 self.run_lanes(*self.fast, None, args)
+        return self.outputs(outs)
+
+    def outputs(self, outs: list):
+        """The call's output made of its fresh outputs (each graph output one of them, or a view of one)."""
         n = self.returns_fresh
         if n:  # the first n fresh outputs themselves, in order
             return outs[0] if self.output_kind is None else self.output_kind(outs if n == len(outs) else outs[:n])
